@@ -13,10 +13,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/dpsynth synth sample_data/two_clusters.csv --eps 1 \
-		--bounds x=0:1 --bounds y=0:1 -o sample_data/out/two_clusters.synth.csv
-	@echo "synthetic data: sample_data/out/two_clusters.synth.csv"
-	@echo "privacy report: sample_data/out/two_clusters.synth.csv.report.json"
+	mkdir -p sample_data/out
+	$(BIN)/dpsynth synth sample_data/patients.csv --eps 1 --schema sample_data/patients.schema.json \
+		-o sample_data/out/patients.synth.csv
+	@echo "synthetic data: sample_data/out/patients.synth.csv"
+	@echo "privacy report: sample_data/out/patients.synth.csv.report.json"
 
 test: $(STAMP)
 	$(BIN)/ruff check dpsynth_cli tests benchmarks

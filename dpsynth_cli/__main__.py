@@ -1,0 +1,3 @@
+from dpsynth_cli.cli import main
+
+main()

@@ -1,0 +1,70 @@
+"""The JSON report of a synth run: public parameters, the ledger, and a-priori accuracy.
+
+Everything here is a function of the user's flags, the ledger's released (noisy) values and the
+synthetic output: never of the raw rows. `tests/test_report.py` rebuilds it from those alone.
+Non-private diagnostics (`--diagnostics`) live in a separate, labelled block.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from dpsynth_cli import __version__
+from dpsynth_cli.domain import Domain
+from dpsynth_cli.mechanisms import pmm
+from dpsynth_cli.privacy.ledger import Ledger
+
+SCHEMA = "dpsynth.synth-report/1"
+
+
+def accuracy_block(plan: pmm.PmmPlan, domain: Domain, noisy_rows: int) -> dict[str, Any]:
+    """Theorem 3.9/3.10 bound at the noisy count, in the unit cube and per column."""
+    bound = pmm.theorem_bound(plan, noisy_rows)
+    return {
+        "guarantee": "a-priori bound on expected W1 (L-infinity metric), dissertation Theorem 3.10",
+        "constant": "2*sqrt(2), as proved via Theorem 3.9 (the statement of 3.10 prints sqrt(2))",
+        "evaluated_at_rows": noisy_rows,
+        "rows_note": "the bound needs n; the noisy count stands in for it (the true n is private)",
+        "w1_bound_unit_cube": bound,
+        "vacuous": bound >= 1.0,
+        "vacuous_note": "W1 in the unit cube never exceeds 1; a bound >= 1 says nothing",
+        "w1_bound_per_column": {
+            c.name: bound * float(w) for c, w in zip(domain.columns, domain.unit_widths, strict=True)
+        },
+        "per_column_note": "bound on the 1-D W1 of each column in original units, relative to "
+        "the input clamped to its bounds",
+    }
+
+
+def build_report(
+    *,
+    command: list[str],
+    seeded: bool,
+    budget: dict[str, Any],
+    domain: Domain,
+    ledger: Ledger,
+    plan: pmm.PmmPlan,
+    noisy_rows: int,
+    output_rows: int,
+    output: dict[str, Any],
+) -> dict[str, Any]:
+    """Assemble the public report (versioned by SCHEMA)."""
+    return {
+        "schema": SCHEMA,
+        "tool": {"name": "dpsynth", "version": __version__},
+        "command": command,
+        "seeded": seeded,
+        "release": "NOT FOR RELEASE: seeded run (reproducible noise)" if seeded else "ok",
+        "neighbouring_relation": ledger.relation,
+        "budget_plan": budget,
+        "domain": {c.name: c.to_json() for c in domain.columns},
+        "mechanism": plan.to_json(),
+        "ledger": ledger.to_json(),
+        "output": {**output, "rows": output_rows},
+        "accuracy": accuracy_block(plan, domain, noisy_rows),
+    }
+
+
+def dumps(report: dict[str, Any]) -> str:
+    return json.dumps(report, indent=2, sort_keys=False) + "\n"

@@ -1,0 +1,30 @@
+"""Shared fixtures: small tables written to temporary files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+SAMPLE = Path(__file__).resolve().parent.parent / "sample_data"
+# A value that must never show up in an error message or a report.
+SECRET = 987654.321
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+@pytest.fixture
+def small_csv(tmp_path: Path) -> Path:
+    """600 rows: an integer and a float column with public bounds 0:100 and 0:1."""
+    rng = np.random.default_rng(11)
+    frame = pd.DataFrame({"age": rng.integers(0, 101, 600), "score": rng.random(600).round(4),
+                          "name": ["r"] * 600})
+    path = tmp_path / "small.csv"
+    frame.to_csv(path, index=False)
+    return path

@@ -1,0 +1,155 @@
+"""`dpsynth synth` end to end: outputs, report, streams, and bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from dpsynth_cli.cli import app
+from tests.conftest import SAMPLE, SECRET
+
+BOUNDS = ["--bounds", "age=0:100", "--bounds", "score=0:1"]
+
+
+def synth(runner, *args):
+    return runner.invoke(app, ["synth", *map(str, args)])
+
+
+def test_file_to_file_with_report(runner, small_csv, tmp_path):
+    out = tmp_path / "out.parquet"
+    result = synth(runner, small_csv, "--eps", 1, *BOUNDS, "-o", out, "--seed", 1)
+    assert result.exit_code == 0, result.output
+    table = pd.read_parquet(out)
+    assert list(table.columns) == ["age", "score"]
+    assert table["age"].dtype.kind == "i" and table["age"].between(0, 100).all()
+    assert table["score"].between(0, 1).all()
+    report = json.loads((tmp_path / "out.parquet.report.json").read_text())
+    assert report["seeded"] is True and "NOT FOR RELEASE" in report["release"]
+    assert report["ledger"]["total_epsilon"] <= 1.0
+    assert report["output"]["rows"] == len(table)
+    assert {e["step"] for e in report["ledger"]["entries"]} == {"count", "pmm"}
+
+
+def test_seed_reproduces_and_rows_resamples(runner, small_csv, tmp_path):
+    outs = []
+    for name in ("a.csv", "b.csv"):
+        out = tmp_path / name
+        assert synth(runner, small_csv, "--eps", 1, *BOUNDS, "-o", out, "--seed", 5).exit_code == 0
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1]
+    out = tmp_path / "c.csv"
+    assert synth(runner, small_csv, "--eps", 1, *BOUNDS, "-o", out, "--rows", 1234).exit_code == 0
+    assert len(pd.read_csv(out)) == 1234
+
+
+def test_stdin_to_stdout_in_a_pipe(small_csv):
+    cmd = [sys.executable, "-m", "dpsynth_cli", "synth", "-", "--eps", "1", *BOUNDS, "--seed", "2"]
+    with open(small_csv, "rb") as stdin:
+        done = subprocess.run(cmd, stdin=stdin, capture_output=True, check=False)
+    assert done.returncode == 0 and done.stderr == b""
+    lines = done.stdout.decode().splitlines()
+    assert lines[0] == '"age","score"' and len(lines) > 100
+
+
+def test_closed_pipe_downstream_exits_quietly(small_csv):
+    script = (f"{sys.executable} -m dpsynth_cli synth - --eps 1 --bounds age=0:100 "
+              f"--bounds score=0:1 --rows 200000 < '{small_csv}' | head -n 2")
+    done = subprocess.run(["bash", "-o", "pipefail", "-c", script], capture_output=True, check=False)
+    assert done.returncode == 0 and done.stderr == b""
+    assert len(done.stdout.splitlines()) == 2
+
+
+def test_missing_bounds_are_estimated_with_a_notice(runner, tmp_path):
+    out = tmp_path / "o.csv"
+    result = synth(runner, SAMPLE / "patients.csv", "--eps", 2, "--columns", "age,cholesterol",
+                   "--bounds", "age=18:90", "-o", out, "--seed", 4)
+    assert result.exit_code == 0, result.output
+    assert "'cholesterol': bounds estimated privately" in result.output
+    report = json.loads((tmp_path / "o.csv.report.json").read_text())
+    chol = report["domain"]["cholesterol"]
+    assert chol["bounds_source"] == "dp_estimate"
+    assert 64 <= chol["lower"] <= 192 and 256 <= chol["upper"] <= 512
+    assert report["ledger"]["total_epsilon"] <= 2.0
+    assert {e["step"] for e in report["ledger"]["entries"]} == {"bounds:cholesterol", "count", "pmm"}
+
+
+def test_dry_run_reads_no_data(runner, tmp_path):
+    ghost = tmp_path / "never-read.csv"
+    result = synth(runner, ghost, "--eps", 1, "--columns", "a,b", "--bounds", "a=0:1", "--dry-run")
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)
+    assert plan["dry_run"] and set(plan["budget_plan"]["bounds_estimate_epsilon"]) == {"b"}
+
+
+def test_diagnostics_go_to_a_separate_labelled_file(runner, small_csv, tmp_path):
+    out, diag = tmp_path / "o.csv", tmp_path / "diag.json"
+    assert synth(runner, small_csv, "--eps", 1, *BOUNDS, "-o", out, "--diagnostics", diag).exit_code == 0
+    block = json.loads(diag.read_text())
+    assert block["NOT_DIFFERENTIALLY_PRIVATE"] is True
+    assert "w1" in json.dumps(block).lower()
+    assert "diagnostics" not in (tmp_path / "o.csv.report.json").read_text().lower()
+
+
+def test_help_explains_every_option_with_an_example(runner):
+    result = runner.invoke(app, ["synth", "--help"])
+    assert result.exit_code == 0
+    from typer.main import get_command
+
+    for param in get_command(app).commands["synth"].params:
+        if param.param_type_name == "option" and param.name != "help":
+            assert "e.g." in (param.help or ""), param.name
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    "make_args,code,words",
+    [
+        (lambda p: [p / "nope.csv", "--eps", 1], 1, "nope.csv"),
+        (lambda p: [write(p, "empty.csv", ""), "--eps", 1], 1, "empty.csv"),
+        (lambda p: [write(p, "t.csv", "a,b\nx,y\n"), "--eps", 1], 1, "no numeric"),
+        (lambda p: [write(p, "t.csv", "a,b\n1,x\n"), "--eps", 1, "--columns", "a,b"], 1, "'b'"),
+        (lambda p: [write(p, "t.csv", "a\n1\n"), "--eps", 1, "--columns", "zz"], 2, "'zz'"),
+        (lambda p: [write(p, "t.csv", "a\n1\n"), "--eps", 1, "--bounds", "a=5:1"], 2, "--bounds"),
+        (lambda p: [write(p, "t.csv", "a\n1\n"), "--eps", 1, "--bounds", "a=x:1"], 2, "--bounds"),
+        (lambda p: [write(p, "t.csv", "a\n1\n"), "--eps", 0], 2, "--eps"),
+        (lambda p: [write(p, "t.csv", "a\n1\n"), "--eps", "inf"], 2, "--eps"),
+        (lambda p: [write(p, "t.csv", "a\n1\n"), "--eps", 1, "--bounds-eps", 0], 2, "'a'"),
+        (lambda p: [write(p, "t.csv", "a,b\n,1\n2,\n"), "--eps", 1, "--bounds", "a=0:1",
+                    "--bounds", "b=0:1"], 1, "missing"),
+        (lambda p: [write(p, "t.csv", f"a\n{SECRET}\n1,2\n"), "--eps", 1], 1, "line 3"),
+        (lambda p: [write(p, "t.csv", "a\n1\n"), "--eps", 1, "--bounds", "a=0:9",
+                    "--neighboring", "swap"], 2, "--neighboring"),
+    ],
+)
+def test_bad_input_is_one_line_with_exit_code_and_no_output(runner, tmp_path, make_args, code, words):
+    out = tmp_path / "out" / "o.csv"
+    out.parent.mkdir()
+    result = synth(runner, *make_args(tmp_path), "-o", out)
+    assert result.exit_code == code, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0] and "Traceback" not in result.output
+    assert str(SECRET) not in result.output
+    assert list(out.parent.iterdir()) == []
+
+
+def test_output_over_input_is_refused(runner, small_csv):
+    before = small_csv.read_bytes()
+    result = synth(runner, small_csv, "--eps", 1, *BOUNDS, "-o", small_csv)
+    assert result.exit_code == 2 and small_csv.read_bytes() == before
+
+
+def test_demo_sample_runs(runner, tmp_path):
+    out = tmp_path / "p.csv"
+    result = synth(runner, SAMPLE / "patients.csv", "--eps", 1, "--schema",
+                   SAMPLE / "patients.schema.json", "-o", out, "--seed", 0)
+    assert result.exit_code == 0, result.output
+    assert list(pd.read_csv(out).columns) == ["age", "systolic_bp", "cholesterol"]
