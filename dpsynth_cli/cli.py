@@ -9,13 +9,20 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
 from dpsynth_cli import io, report
+from dpsynth_cli import options as opt
 from dpsynth_cli.console import Feedback
-from dpsynth_cli.domain import ColumnSpec, load_schema, parse_bounds_flag, requested_columns, resolve_columns
+from dpsynth_cli.domain import (
+    ColumnSpec,
+    load_schema,
+    parse_bounds_flag,
+    requested_columns,
+    resolve_columns,
+)
 from dpsynth_cli.errors import DpsynthError
 from dpsynth_cli.privacy.noise import RandomSource
 from dpsynth_cli.synth import SynthOptions, plan_budget, synthesize
@@ -56,22 +63,12 @@ def guarded(command: Callable[..., Any]) -> Callable[..., Any]:
         except (typer.Exit, typer.Abort, KeyboardInterrupt):
             raise
         except Exception as exc:  # never print a traceback: it may hold private values
-            typer.echo(f"dpsynth: internal error ({type(exc).__name__}); please report it", err=True)
+            typer.echo(
+                f"dpsynth: internal error ({type(exc).__name__}); please report it", err=True
+            )
             raise typer.Exit(1) from None
 
     return run
-
-
-InputArg = Annotated[str, typer.Argument(metavar="INPUT", help="Input table: .csv, .csv.gz or .parquet; '-' reads CSV from stdin.", show_default=False)]
-OutputOpt = Annotated[str, typer.Option("--output", "-o", metavar="PATH", help="Output path, e.g. -o synth.parquet; '-' (default) writes CSV to stdout.")]
-InFormatOpt = Annotated[str | None, typer.Option("--input-format", metavar="csv|parquet", help="Override the input format chosen by extension, e.g. --input-format csv.", show_default=False)]
-OutFormatOpt = Annotated[str | None, typer.Option("--output-format", metavar="csv|parquet", help="Override the output format chosen by extension, e.g. --output-format parquet.", show_default=False)]
-ColumnsOpt = Annotated[str | None, typer.Option("--columns", metavar="COL,COL", help="Comma-separated columns to synthesise, e.g. --columns age,income (default: every numeric column, or the schema's).", show_default=False)]
-BoundsOpt = Annotated[list[str] | None, typer.Option("--bounds", metavar="COL=LO:HI", help="Public bounds of a column, repeatable, e.g. --bounds age=0:120. Values outside are clamped.", show_default=False)]
-SchemaOpt = Annotated[str | None, typer.Option("--schema", metavar="FILE", help="JSON schema with column types and bounds, e.g. --schema schema.json (format in README).", show_default=False)]
-SeedOpt = Annotated[int | None, typer.Option("--seed", metavar="N", help="Reproducible noise for tests and demos, e.g. --seed 7. The report then says: not for release.", show_default=False)]
-ReportOpt = Annotated[str | None, typer.Option("--report", metavar="FILE", help="Where to write the JSON report, e.g. --report run.json (default: OUTPUT.report.json for a file output; none for stdout).", show_default=False)]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing on stderr but errors, e.g. in cron jobs: --quiet.")]
 
 
 @app.command(
@@ -80,25 +77,25 @@ QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing on 
 )
 @guarded
 def synth(
-    input: InputArg,
-    eps: Annotated[float, typer.Option("--eps", metavar="EPS", help="Total privacy budget epsilon for the whole run, e.g. --eps 1.", show_default=False)],
-    output: OutputOpt = "-",
-    input_format: InFormatOpt = None,
-    output_format: OutFormatOpt = None,
-    columns: ColumnsOpt = None,
-    bounds: BoundsOpt = None,
-    schema: SchemaOpt = None,
-    bounds_eps: Annotated[float | None, typer.Option("--bounds-eps", metavar="EPS", help="Budget for DP bounds of columns without declared bounds, e.g. --bounds-eps 0.05 (default: 10% of --eps; 0 makes missing bounds an error).", show_default=False)] = None,
-    neighboring: Annotated[str, typer.Option("--neighboring", metavar="add-remove|replace", help="Neighbouring relation the guarantee is for, e.g. --neighboring replace (doubles histogram sensitivity). Default add-remove: add or remove one row.")] = "add-remove",
-    mechanism: Annotated[str, typer.Option("--mechanism", metavar="pmm", help="Synthesiser, e.g. --mechanism pmm (Private Measure Mechanism, dissertation Algorithm 4).")] = "pmm",
-    rows: Annotated[int | None, typer.Option("--rows", metavar="N", help="Number of output rows, e.g. --rows 10000, resampled from the private measure (default: its own private total).", show_default=False)] = None,
-    seed: SeedOpt = None,
-    report_path: ReportOpt = None,
-    diagnostics: Annotated[str | None, typer.Option("--diagnostics", metavar="FILE", help="Also write NON-PRIVATE diagnostics (true W1 between input and output) to this file, e.g. --diagnostics diag.json. Never release it.", show_default=False)] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan (budget split, mechanism, depth rule) as JSON without reading data values, e.g. --dry-run.")] = False,
-    quiet: QuietOpt = False,
+    input: opt.Input,
+    eps: opt.Eps,
+    output: opt.Output = "-",
+    input_format: opt.InputFormat = None,
+    output_format: opt.OutputFormat = None,
+    columns: opt.Columns = None,
+    bounds: opt.Bounds = None,
+    schema: opt.Schema = None,
+    bounds_eps: opt.BoundsEps = None,
+    neighboring: opt.Neighboring = "add-remove",
+    mechanism: opt.Mechanism = "pmm",
+    rows: opt.Rows = None,
+    seed: opt.Seed = None,
+    report_path: opt.Report = None,
+    diagnostics: opt.Diagnostics = None,
+    dry_run: opt.DryRun = False,
+    quiet: opt.Quiet = False,
 ) -> None:
-    """Write DP synthetic data close to INPUT in 1-Wasserstein distance, plus a JSON privacy report."""
+    """Write DP synthetic data close to INPUT in 1-Wasserstein distance, and a JSON report."""
     feedback = Feedback(quiet)
     options = SynthOptions(eps, bounds_eps, neighboring, mechanism, rows, diagnostics is not None)
     schema_specs = load_schema(schema) if schema else None
@@ -130,9 +127,15 @@ def synth(
         output={"path": output, "format": out_fmt},
     )
     io.write_outputs(
-        result.table, output, out_fmt, input_path=input,
-        extra={p: report.dumps(c) for p, c in
-               ((report_file, public), (diagnostics, result.diagnostics)) if p},
+        result.table,
+        output,
+        out_fmt,
+        input_path=input,
+        extra={
+            p: report.dumps(c)
+            for p, c in ((report_file, public), (diagnostics, result.diagnostics))
+            if p
+        },
     )
     feedback.summary(public, output, report_file)
 
@@ -145,7 +148,8 @@ def _dry_run_plan(
 ) -> dict[str, Any]:
     """The plan from flags alone; which columns need DP bounds is known only if they are named."""
     specs = [
-        ColumnSpec(n, "float", *declared[n]) if n in declared
+        ColumnSpec(n, "float", *declared[n])
+        if n in declared
         else (schema_specs or {}).get(n, ColumnSpec(n, "float"))
         for n in names or []
     ]

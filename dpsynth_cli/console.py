@@ -39,9 +39,13 @@ class Feedback:
             return
         table = Table(title="dpsynth synth", show_header=False)
         ledger = report["ledger"]
-        table.add_row("epsilon spent", f"{ledger['total_epsilon']:.6g} of {ledger['budget_epsilon']:.6g}")
+        table.add_row(
+            "epsilon spent", f"{ledger['total_epsilon']:.6g} of {ledger['budget_epsilon']:.6g}"
+        )
         table.add_row("relation", report["neighbouring_relation"])
-        table.add_row("mechanism", f"{report['mechanism']['name']} (depth {report['mechanism']['depth']})")
+        table.add_row(
+            "mechanism", f"{report['mechanism']['name']} (depth {report['mechanism']['depth']})"
+        )
         table.add_row("synthetic rows", str(report["output"]["rows"]))
         table.add_row("W1 bound (unit cube)", f"{report['accuracy']['w1_bound_unit_cube']:.4g}")
         table.add_row("output", "stdout" if output == "-" else output)

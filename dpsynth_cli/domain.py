@@ -45,8 +45,12 @@ class ColumnSpec:
         return self.lower is not None and self.upper is not None
 
     def to_json(self) -> dict:
-        return {"type": self.kind, "lower": self.lower, "upper": self.upper,
-                "bounds_source": self.source}
+        return {
+            "type": self.kind,
+            "lower": self.lower,
+            "upper": self.upper,
+            "bounds_source": self.source,
+        }
 
 
 def check_bounds(name: str, lower: float, upper: float, where: str) -> tuple[float, float]:
@@ -59,7 +63,7 @@ def check_bounds(name: str, lower: float, upper: float, where: str) -> tuple[flo
 
 
 def parse_bounds_flag(text: str) -> tuple[str, float, float]:
-    """`col=lo:hi` from --bounds (the name may itself contain '=' or ':' only before the last '=')."""
+    """`col=lo:hi` from --bounds; split at the last '=', so a column name may contain '='."""
     name, sep, rng = text.rpartition("=")
     lo_text, colon, hi_text = rng.partition(":")
     if not sep or not name or not colon:
@@ -78,7 +82,9 @@ def load_schema(path: str) -> dict[str, ColumnSpec]:
     except FileNotFoundError:
         raise UsageError(f"--schema {path}: file not found") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UsageError(f"--schema {path}: not a readable JSON file ({type(exc).__name__})") from None
+        raise UsageError(
+            f"--schema {path}: not a readable JSON file ({type(exc).__name__})"
+        ) from None
     columns = raw.get("columns") if isinstance(raw, dict) else None
     if not isinstance(columns, dict) or not columns:
         raise UsageError(f"--schema {path}: expected an object with a non-empty 'columns' object")
@@ -110,7 +116,9 @@ def arrow_kind(dtype: pa.DataType) -> str | None:
     return None
 
 
-def requested_columns(columns_flag: str | None, schema: dict[str, ColumnSpec] | None) -> list[str] | None:
+def requested_columns(
+    columns_flag: str | None, schema: dict[str, ColumnSpec] | None
+) -> list[str] | None:
     """Column names the user asked for (--columns wins over the schema); None means all numeric."""
     if columns_flag is not None:
         names = [c.strip() for c in columns_flag.split(",") if c.strip()]
@@ -142,7 +150,8 @@ def resolve_columns(
         kind = arrow_kind(table_schema.field(name).type)
         if kind is None:
             raise DataError(
-                f"{source}: column '{name}' is not numeric; only numeric columns are supported for now"
+                f"{source}: column '{name}' is not numeric; "
+                "only numeric columns are supported for now"
             )
         spec = (schema or {}).get(name) or ColumnSpec(name, kind)
         spec = replace(spec, kind=spec.kind or kind)
@@ -204,7 +213,9 @@ class Domain:
         arrays = {}
         for j, col in enumerate(self.columns):
             if col.kind == "integer":
-                ints = np.clip(np.floor(values[:, j] + 0.5), math.ceil(col.lower), math.floor(col.upper))
+                ints = np.clip(
+                    np.floor(values[:, j] + 0.5), math.ceil(col.lower), math.floor(col.upper)
+                )
                 arrays[col.name] = pa.array(ints.astype(np.int64))
             else:
                 arrays[col.name] = pa.array(np.clip(values[:, j], col.lower, col.upper))

@@ -30,7 +30,8 @@ def accuracy_block(plan: pmm.PmmPlan, domain: Domain, noisy_rows: int) -> dict[s
         "vacuous": bound >= 1.0,
         "vacuous_note": "W1 in the unit cube never exceeds 1; a bound >= 1 says nothing",
         "w1_bound_per_column": {
-            c.name: bound * float(w) for c, w in zip(domain.columns, domain.unit_widths, strict=True)
+            c.name: bound * float(w)
+            for c, w in zip(domain.columns, domain.unit_widths, strict=True)
         },
         "per_column_note": "bound on the 1-D W1 of each column in original units, relative to "
         "the input clamped to its bounds",

@@ -123,15 +123,20 @@ def synthesize(
 
 
 def _complete_bounds(
-    values: np.ndarray, specs: list[ColumnSpec], budget: BudgetPlan,
-    source: RandomSource, ledger: Ledger,
+    values: np.ndarray,
+    specs: list[ColumnSpec],
+    budget: BudgetPlan,
+    source: RandomSource,
+    ledger: Ledger,
 ) -> tuple[list[ColumnSpec], list[str]]:
     """DP bounds for columns without declared ones; a notice says what each cost."""
     done, notices = [], []
     for j, spec in enumerate(specs):
         if not spec.has_bounds:
             eps = budget.bounds[spec.name]
-            lo, hi = estimate_bounds(values[:, j], spec.name, eps, source.spawn(f"bounds:{spec.name}"), ledger)
+            lo, hi = estimate_bounds(
+                values[:, j], spec.name, eps, source.spawn(f"bounds:{spec.name}"), ledger
+            )
             spec = replace(spec, lower=lo, upper=hi, source="dp_estimate")
             notices.append(
                 f"column '{spec.name}': bounds estimated privately at epsilon {float(eps):.4g}; "

@@ -23,8 +23,9 @@ def runner() -> CliRunner:
 def small_csv(tmp_path: Path) -> Path:
     """600 rows: an integer and a float column with public bounds 0:100 and 0:1."""
     rng = np.random.default_rng(11)
-    frame = pd.DataFrame({"age": rng.integers(0, 101, 600), "score": rng.random(600).round(4),
-                          "name": ["r"] * 600})
+    frame = pd.DataFrame(
+        {"age": rng.integers(0, 101, 600), "score": rng.random(600).round(4), "name": ["r"] * 600}
+    )
     path = tmp_path / "small.csv"
     frame.to_csv(path, index=False)
     return path

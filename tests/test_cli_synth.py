@@ -56,17 +56,33 @@ def test_stdin_to_stdout_in_a_pipe(small_csv):
 
 
 def test_closed_pipe_downstream_exits_quietly(small_csv):
-    script = (f"{sys.executable} -m dpsynth_cli synth - --eps 1 --bounds age=0:100 "
-              f"--bounds score=0:1 --rows 200000 < '{small_csv}' | head -n 2")
-    done = subprocess.run(["bash", "-o", "pipefail", "-c", script], capture_output=True, check=False)
+    script = (
+        f"{sys.executable} -m dpsynth_cli synth - --eps 1 --bounds age=0:100 "
+        f"--bounds score=0:1 --rows 200000 < '{small_csv}' | head -n 2"
+    )
+    done = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", script], capture_output=True, check=False
+    )
     assert done.returncode == 0 and done.stderr == b""
     assert len(done.stdout.splitlines()) == 2
 
 
 def test_missing_bounds_are_estimated_with_a_notice(runner, tmp_path):
     out = tmp_path / "o.csv"
-    result = synth(runner, SAMPLE / "patients.csv", "--eps", 2, "--columns", "age,cholesterol",
-                   "--bounds", "age=18:90", "-o", out, "--seed", 4)
+    result = synth(
+        runner,
+        SAMPLE / "patients.csv",
+        "--eps",
+        2,
+        "--columns",
+        "age,cholesterol",
+        "--bounds",
+        "age=18:90",
+        "-o",
+        out,
+        "--seed",
+        4,
+    )
     assert result.exit_code == 0, result.output
     assert "'cholesterol': bounds estimated privately" in result.output
     report = json.loads((tmp_path / "o.csv.report.json").read_text())
@@ -74,7 +90,11 @@ def test_missing_bounds_are_estimated_with_a_notice(runner, tmp_path):
     assert chol["bounds_source"] == "dp_estimate"
     assert 64 <= chol["lower"] <= 192 and 256 <= chol["upper"] <= 512
     assert report["ledger"]["total_epsilon"] <= 2.0
-    assert {e["step"] for e in report["ledger"]["entries"]} == {"bounds:cholesterol", "count", "pmm"}
+    assert {e["step"] for e in report["ledger"]["entries"]} == {
+        "bounds:cholesterol",
+        "count",
+        "pmm",
+    }
 
 
 def test_dry_run_reads_no_data(runner, tmp_path):
@@ -87,7 +107,10 @@ def test_dry_run_reads_no_data(runner, tmp_path):
 
 def test_diagnostics_go_to_a_separate_labelled_file(runner, small_csv, tmp_path):
     out, diag = tmp_path / "o.csv", tmp_path / "diag.json"
-    assert synth(runner, small_csv, "--eps", 1, *BOUNDS, "-o", out, "--diagnostics", diag).exit_code == 0
+    assert (
+        synth(runner, small_csv, "--eps", 1, *BOUNDS, "-o", out, "--diagnostics", diag).exit_code
+        == 0
+    )
     block = json.loads(diag.read_text())
     assert block["NOT_DIFFERENTIALLY_PRIVATE"] is True
     assert "w1" in json.dumps(block).lower()
@@ -123,14 +146,38 @@ def write(tmp_path, name, text):
         (lambda p: [write(p, "t.csv", "a\n1\n"), "--eps", 0], 2, "--eps"),
         (lambda p: [write(p, "t.csv", "a\n1\n"), "--eps", "inf"], 2, "--eps"),
         (lambda p: [write(p, "t.csv", "a\n1\n"), "--eps", 1, "--bounds-eps", 0], 2, "'a'"),
-        (lambda p: [write(p, "t.csv", "a,b\n,1\n2,\n"), "--eps", 1, "--bounds", "a=0:1",
-                    "--bounds", "b=0:1"], 1, "missing"),
+        (
+            lambda p: [
+                write(p, "t.csv", "a,b\n,1\n2,\n"),
+                "--eps",
+                1,
+                "--bounds",
+                "a=0:1",
+                "--bounds",
+                "b=0:1",
+            ],
+            1,
+            "missing",
+        ),
         (lambda p: [write(p, "t.csv", f"a\n{SECRET}\n1,2\n"), "--eps", 1], 1, "line 3"),
-        (lambda p: [write(p, "t.csv", "a\n1\n"), "--eps", 1, "--bounds", "a=0:9",
-                    "--neighboring", "swap"], 2, "--neighboring"),
+        (
+            lambda p: [
+                write(p, "t.csv", "a\n1\n"),
+                "--eps",
+                1,
+                "--bounds",
+                "a=0:9",
+                "--neighboring",
+                "swap",
+            ],
+            2,
+            "--neighboring",
+        ),
     ],
 )
-def test_bad_input_is_one_line_with_exit_code_and_no_output(runner, tmp_path, make_args, code, words):
+def test_bad_input_is_one_line_with_exit_code_and_no_output(
+    runner, tmp_path, make_args, code, words
+):
     out = tmp_path / "out" / "o.csv"
     out.parent.mkdir()
     result = synth(runner, *make_args(tmp_path), "-o", out)
@@ -149,7 +196,17 @@ def test_output_over_input_is_refused(runner, small_csv):
 
 def test_demo_sample_runs(runner, tmp_path):
     out = tmp_path / "p.csv"
-    result = synth(runner, SAMPLE / "patients.csv", "--eps", 1, "--schema",
-                   SAMPLE / "patients.schema.json", "-o", out, "--seed", 0)
+    result = synth(
+        runner,
+        SAMPLE / "patients.csv",
+        "--eps",
+        1,
+        "--schema",
+        SAMPLE / "patients.schema.json",
+        "-o",
+        out,
+        "--seed",
+        0,
+    )
     assert result.exit_code == 0, result.output
     assert list(pd.read_csv(out).columns) == ["age", "systolic_bp", "cholesterol"]

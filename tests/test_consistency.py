@@ -31,8 +31,9 @@ def test_split_is_comparable_with_the_noisy_children():
 
 def test_proportional_split_values():
     rng = np.random.default_rng(6)
-    x, y = split_proportionally(np.array([10, 7, 0, 5]), np.array([1, 3, 4, 0]),
-                                np.array([3, 3, 4, 0]), rng)
+    x, y = split_proportionally(
+        np.array([10, 7, 0, 5]), np.array([1, 3, 4, 0]), np.array([3, 3, 4, 0]), rng
+    )
     assert x.tolist()[:3] == [3, 4, 0]  # 10*1/4 = 2.5 -> 3; 7*3/6 = 3.5 -> 4
     assert x[3] in (2, 3) and (x + y).tolist() == [10, 7, 0, 5]
 

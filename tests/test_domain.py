@@ -28,13 +28,25 @@ def test_parse_bounds_flag():
 
 def test_schema_file(tmp_path):
     path = tmp_path / "s.json"
-    path.write_text(json.dumps({"columns": {
-        "age": {"type": "integer", "lower": 0, "upper": 120}, "w": {"type": "float"}}}))
+    path.write_text(
+        json.dumps(
+            {
+                "columns": {
+                    "age": {"type": "integer", "lower": 0, "upper": 120},
+                    "w": {"type": "float"},
+                }
+            }
+        )
+    )
     specs = load_schema(str(path))
     assert specs["age"] == ColumnSpec("age", "integer", 0.0, 120.0)
     assert not specs["w"].has_bounds
-    for bad in ({}, {"columns": {"a": {"type": "text"}}}, {"columns": {"a": {"lower": 1}}},
-                {"columns": {"a": {"lower": 2, "upper": 1}}}):
+    for bad in (
+        {},
+        {"columns": {"a": {"type": "text"}}},
+        {"columns": {"a": {"lower": 1}}},
+        {"columns": {"a": {"lower": 2, "upper": 1}}},
+    ):
         path.write_text(json.dumps(bad))
         with pytest.raises(UsageError, match="--schema"):
             load_schema(str(path))
@@ -50,7 +62,9 @@ def table():
 def test_resolve_columns_defaults_to_numeric_and_rejects_text():
     specs = resolve_columns(table().schema, None, None, {"a": (0, 10)}, "in.csv")
     assert [(s.name, s.kind, s.has_bounds) for s in specs] == [
-        ("a", "integer", True), ("b", "float", False)]
+        ("a", "integer", True),
+        ("b", "float", False),
+    ]
     with pytest.raises(DataError, match="'s' is not numeric"):
         resolve_columns(table().schema, ["a", "s"], None, {}, "in.csv")
     with pytest.raises(UsageError, match="--bounds"):

@@ -84,8 +84,13 @@ def estimate_bounds(
             mechanism="noisy histogram on a public log-scale grid, thresholded",
             epsilon=epsilon,
             sensitivity=sens,
-            noise={"distribution": "discrete Laplace", "scale": float(scale),
-                   "bins": int(counts.size), "threshold": cut, "extension_threshold": grow},
+            noise={
+                "distribution": "discrete Laplace",
+                "scale": float(scale),
+                "bins": int(counts.size),
+                "threshold": cut,
+                "extension_threshold": grow,
+            },
             released={"lower": found[0], "upper": found[1]} if found else {},
         )
     )

@@ -26,9 +26,7 @@ def split_proportionally(
     return x, parent - x
 
 
-def make_consistent(
-    noisy: list[np.ndarray], rng: np.random.Generator
-) -> list[np.ndarray]:
+def make_consistent(noisy: list[np.ndarray], rng: np.random.Generator) -> list[np.ndarray]:
     """Algorithm 3 applied level by level to clipped noisy counts (level 0 = the root)."""
     consistent = [np.maximum(noisy[0], 0)]
     for level in noisy[1:]:

@@ -1,0 +1,161 @@
+"""Command-line options, defined once and shared by the subcommands that take them.
+
+Every option's help says what it does and gives an example (`tests/test_cli_synth.py` checks).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+
+def _opt(*names: str, metavar: str | None = None, help: str, show_default: bool = False):
+    return typer.Option(*names, metavar=metavar, help=help, show_default=show_default)
+
+
+Input = Annotated[
+    str,
+    typer.Argument(
+        metavar="INPUT",
+        help="Input table: .csv, .csv.gz or .parquet; '-' reads CSV from stdin.",
+        show_default=False,
+    ),
+]
+Output = Annotated[
+    str,
+    _opt(
+        "--output",
+        "-o",
+        metavar="PATH",
+        help="Output path, e.g. -o synth.parquet; '-' (the default) writes CSV to stdout.",
+    ),
+]
+InputFormat = Annotated[
+    str | None,
+    _opt(
+        "--input-format",
+        metavar="csv|parquet",
+        help="Override the input format chosen by extension, e.g. --input-format csv.",
+    ),
+]
+OutputFormat = Annotated[
+    str | None,
+    _opt(
+        "--output-format",
+        metavar="csv|parquet",
+        help="Override the output format chosen by extension, e.g. --output-format parquet.",
+    ),
+]
+Columns = Annotated[
+    str | None,
+    _opt(
+        "--columns",
+        metavar="COL,COL",
+        help="Comma-separated columns to use, e.g. --columns age,income "
+        "(default: the schema's columns, else every numeric column).",
+    ),
+]
+Bounds = Annotated[
+    list[str] | None,
+    _opt(
+        "--bounds",
+        metavar="COL=LO:HI",
+        help="Public bounds of a column, repeatable, e.g. --bounds age=0:120. "
+        "Values outside are clamped.",
+    ),
+]
+Schema = Annotated[
+    str | None,
+    _opt(
+        "--schema",
+        metavar="FILE",
+        help="JSON file with column types and bounds, e.g. --schema schema.json "
+        "(format in README).",
+    ),
+]
+Seed = Annotated[
+    int | None,
+    _opt(
+        "--seed",
+        metavar="N",
+        help="Reproducible noise for tests and demos, e.g. --seed 7; the report then says "
+        "NOT FOR RELEASE. Default: the operating system's secure generator.",
+    ),
+]
+Report = Annotated[
+    str | None,
+    _opt(
+        "--report",
+        metavar="FILE",
+        help="Where to write the JSON report, e.g. --report run.json "
+        "(default: OUTPUT.report.json next to a file output; none for stdout).",
+    ),
+]
+Quiet = Annotated[
+    bool,
+    _opt("--quiet", "-q", help="Print nothing on stderr but errors, e.g. in cron jobs: --quiet."),
+]
+Eps = Annotated[
+    float,
+    _opt(
+        "--eps",
+        metavar="EPS",
+        help="Total privacy budget epsilon of the whole run, e.g. --eps 1.",
+    ),
+]
+BoundsEps = Annotated[
+    float | None,
+    _opt(
+        "--bounds-eps",
+        metavar="EPS",
+        help="Part of --eps spent on DP bounds of columns without declared bounds, e.g. "
+        "--bounds-eps 0.05 (default: 10% of --eps; 0 makes a missing bound an error).",
+    ),
+]
+Neighboring = Annotated[
+    str,
+    _opt(
+        "--neighboring",
+        metavar="add-remove|replace",
+        show_default=True,
+        help="Neighbouring relation of the guarantee, e.g. --neighboring replace (one row "
+        "changed; doubles histogram sensitivity). add-remove: one row added or removed.",
+    ),
+]
+Mechanism = Annotated[
+    str,
+    _opt(
+        "--mechanism",
+        metavar="pmm",
+        show_default=True,
+        help="Synthesiser, e.g. --mechanism pmm: Private Measure Mechanism "
+        "(dissertation Algorithm 4).",
+    ),
+]
+Rows = Annotated[
+    int | None,
+    _opt(
+        "--rows",
+        metavar="N",
+        help="Number of output rows, e.g. --rows 10000, drawn from the private measure "
+        "(default: its own private total).",
+    ),
+]
+Diagnostics = Annotated[
+    str | None,
+    _opt(
+        "--diagnostics",
+        metavar="FILE",
+        help="Also write NON-PRIVATE diagnostics (W1 between input and output) to FILE, "
+        "e.g. --diagnostics diag.json. Never release it.",
+    ),
+]
+DryRun = Annotated[
+    bool,
+    _opt(
+        "--dry-run",
+        help="Print the plan (budget split, mechanism, depth rule) as JSON without reading "
+        "data values, e.g. --dry-run.",
+    ),
+]
