@@ -53,3 +53,46 @@ class Feedback:
         if report["seeded"]:
             table.add_row("seeded", "yes: NOT FOR RELEASE")
         self.console.print(table)
+
+    def evaluation(self, result: dict[str, Any], always: bool) -> None:
+        """The evaluate summary: shown on a terminal, or whenever it is the only output."""
+        if self.quiet or not (self.interactive or always):
+            return
+        w1 = result["w1_unit_cube"]
+        table = Table(title="dpsynth evaluate: NOT differentially private, do not release")
+        for name in ("column", "W1", "mean real", "mean synth", "std real", "std synth"):
+            table.add_column(name, justify="left" if name == "column" else "right")
+        for name, c in result["per_column"].items():
+            table.add_row(
+                name,
+                *(
+                    _fmt(x)
+                    for x in (
+                        c["w1"],
+                        c["mean"]["real"],
+                        c["mean"]["synthetic"],
+                        c["std"]["real"],
+                        c["std"]["synthetic"],
+                    )
+                ),
+            )
+        self.console.print(table)
+        rows = result["rows"]
+        self.console.print(f"rows: real {rows['real']}, synthetic {rows['synthetic']}")
+        self.console.print("W1 on the unit cube (L-infinity): " + _describe_w1(w1))
+        if result["correlation"]:
+            gap = result["correlation"]["max_abs_difference"]
+            self.console.print(f"largest correlation difference: {_fmt(gap)}")
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.4g}"
+
+
+def _describe_w1(w1: dict[str, Any]) -> str:
+    if "exact" in w1:
+        return f"{_fmt(w1['exact'])} (exact)"
+    parts = [f"between {_fmt(w1['lower'])} and {_fmt(w1['upper'])} (certified bounds)"]
+    if "subsample" in w1:
+        parts.append(f"subsample estimate {_fmt(w1['subsample'].get('mean'))}")
+    return "; ".join(parts)

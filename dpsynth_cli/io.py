@@ -676,3 +676,8 @@ def _silence_stdout() -> None:
         os.dup2(devnull, fileno)
     finally:
         os.close(devnull)
+
+
+def write_text_stdout(text: str) -> None:
+    """Text (a JSON report, a plan) to stdout; a closed pipe raises OutputClosed as tables do."""
+    _write_stdout([text.encode("utf-8")])

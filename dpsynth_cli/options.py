@@ -159,3 +159,7 @@ DryRun = Annotated[
         "data values, e.g. --dry-run.",
     ),
 ]
+Json = Annotated[
+    bool,
+    _opt("--json", help="Print the JSON report on stdout for scripts, e.g. --json | jq .rows."),
+]

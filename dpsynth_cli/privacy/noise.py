@@ -478,3 +478,12 @@ def as_scale(x: float | Fraction, max_denominator_bits: int = 20) -> Fraction:
     if out.numerator >= _T_LIMIT:
         raise ValueError("scale too large: numerator must stay below 2**56")
     return out
+
+
+def analysis_generator(seed: int | None) -> np.random.Generator:
+    """Randomness for non-private analysis (evaluate's subsamples and plots), reproducible.
+
+    Not for privacy: evaluate releases nothing, so its choices only need to be repeatable;
+    with no seed they are fixed (seed 0) so that two evaluations of the same files agree.
+    """
+    return RandomSource.seeded(0 if seed is None else seed).spawn("analysis").numpy_generator()
