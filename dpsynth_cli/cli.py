@@ -123,7 +123,7 @@ def synth(
         budget=result.budget.to_json(),
         domain=result.domain,
         ledger=result.ledger,
-        plan=result.plan,
+        run=result.run,
         noisy_rows=result.noisy_rows,
         output_rows=result.table.num_rows,
         output={"path": output, "format": out_fmt},

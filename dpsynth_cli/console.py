@@ -43,11 +43,11 @@ class Feedback:
             "epsilon spent", f"{ledger['total_epsilon']:.6g} of {ledger['budget_epsilon']:.6g}"
         )
         table.add_row("relation", report["neighbouring_relation"])
-        table.add_row(
-            "mechanism", f"{report['mechanism']['name']} (depth {report['mechanism']['depth']})"
-        )
+        table.add_row("mechanism", report["mechanism"]["name"])
         table.add_row("synthetic rows", str(report["output"]["rows"]))
-        table.add_row("W1 bound (unit cube)", f"{report['accuracy']['w1_bound_unit_cube']:.4g}")
+        if "w1_bound_unit_cube" in report["accuracy"]:
+            bound = report["accuracy"]["w1_bound_unit_cube"]
+            table.add_row("W1 bound (unit cube)", f"{bound:.4g}")
         table.add_row("output", "stdout" if output == "-" else output)
         table.add_row("report", report_path or "(not written)")
         if report["seeded"]:

@@ -12,18 +12,20 @@ from typing import Any
 
 from dpsynth_cli import __version__
 from dpsynth_cli.domain import Domain
-from dpsynth_cli.mechanisms import pmm
+from dpsynth_cli.mechanisms.base import MechanismRun
 from dpsynth_cli.privacy.ledger import Ledger
 
 SCHEMA = "dpsynth.synth-report/1"
 
 
-def accuracy_block(plan: pmm.PmmPlan, domain: Domain, noisy_rows: int) -> dict[str, Any]:
-    """Theorem 3.9/3.10 bound at the noisy count, in the unit cube and per column."""
-    bound = pmm.theorem_bound(plan, noisy_rows)
+def accuracy_block(run: MechanismRun, domain: Domain, noisy_rows: int) -> dict[str, Any]:
+    """The mechanism's a-priori W1 bound at the noisy count, in the unit cube and per column."""
+    block: dict[str, Any] = {"guarantee": run.guarantee}
+    if run.w1_bound is None:
+        return block
+    bound = run.w1_bound
     return {
-        "guarantee": "a-priori bound on expected W1 (L-infinity metric), dissertation Theorem 3.10",
-        "constant": "2*sqrt(2), as proved via Theorem 3.9 (the statement of 3.10 prints sqrt(2))",
+        **block,
         "evaluated_at_rows": noisy_rows,
         "rows_note": "the bound needs n; the noisy count stands in for it (the true n is private)",
         "w1_bound_unit_cube": bound,
@@ -45,7 +47,7 @@ def build_report(
     budget: dict[str, Any],
     domain: Domain,
     ledger: Ledger,
-    plan: pmm.PmmPlan,
+    run: MechanismRun,
     noisy_rows: int,
     output_rows: int,
     output: dict[str, Any],
@@ -60,10 +62,10 @@ def build_report(
         "neighbouring_relation": ledger.relation,
         "budget_plan": budget,
         "domain": {c.name: c.to_json() for c in domain.columns},
-        "mechanism": plan.to_json(),
+        "mechanism": run.description,
         "ledger": ledger.to_json(),
         "output": {**output, "rows": output_rows},
-        "accuracy": accuracy_block(plan, domain, noisy_rows),
+        "accuracy": accuracy_block(run, domain, noisy_rows),
     }
 
 

@@ -18,6 +18,7 @@ import pyarrow as pa
 from dpsynth_cli.domain import ColumnSpec, Domain, value_matrix
 from dpsynth_cli.errors import DataError, UsageError
 from dpsynth_cli.mechanisms import pmm
+from dpsynth_cli.mechanisms.base import Mechanism, MechanismRun
 from dpsynth_cli.mechanisms.bounds import estimate_bounds
 from dpsynth_cli.mechanisms.count import noisy_count
 from dpsynth_cli.privacy.ledger import Ledger, check_epsilon, round_down
@@ -25,7 +26,7 @@ from dpsynth_cli.privacy.noise import RandomSource
 
 DEFAULT_BOUNDS_SHARE = 0.1
 COUNT_SHARE = 0.05
-MECHANISMS = ("pmm",)
+MECHANISMS: dict[str, Mechanism] = {"pmm": pmm.run}
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ class SynthResult:
     domain: Domain
     budget: BudgetPlan
     ledger: Ledger
-    plan: pmm.PmmPlan
+    run: MechanismRun
     noisy_rows: int
     diagnostics: dict[str, Any] | None = None
     notices: list[str] = field(default_factory=list)
@@ -112,13 +113,20 @@ def synthesize(
     domain = Domain(tuple(specs))
     X = domain.to_unit(values)
     n_hat = noisy_count(X.shape[0], budget.count, source.spawn("count"), ledger)
-    plan = pmm.plan(n_hat, budget.mechanism, X.shape[1], options.relation)
-    post = source.spawn("post-processing").numpy_generator()
-    leaves = pmm.consistent_leaf_counts(X, plan, source.spawn("pmm"), ledger, post)
-    Y = pmm.sample_points(leaves, plan, post, options.rows)
-    result = SynthResult(domain.from_unit(Y), domain, budget, ledger, plan, n_hat, notices=notices)
+    run = MECHANISMS[options.mechanism](
+        X,
+        epsilon=budget.mechanism,
+        noisy_rows=n_hat,
+        relation=options.relation,
+        source=source.spawn(options.mechanism),
+        ledger=ledger,
+        rng=source.spawn("post-processing").numpy_generator(),
+        rows=options.rows,
+    )
+    table_out = domain.from_unit(run.points)
+    result = SynthResult(table_out, domain, budget, ledger, run, n_hat, notices=notices)
     if options.diagnostics:
-        result.diagnostics = _diagnostics(X, Y)
+        result.diagnostics = _diagnostics(X, run.points)
     return result
 
 

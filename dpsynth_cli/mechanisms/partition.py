@@ -7,6 +7,10 @@ j has side 2^-ceil(j/d) along the first (j mod d) coordinates and 2^-floor(j/d) 
 so its L-infinity diameter is 2^-floor(j/d).
 
 Nothing here adds noise: these are the exact counts and the geometry that mechanisms use.
+
+Speed: the bits of coordinate c are those of code positions (depth-1-c) mod d + k*d, so codes are
+built (and taken apart) one coordinate at a time with O(log bits) whole-array shift-and-mask steps
+("bit spreading"), never one Python iteration per level; all values stay below 2**depth.
 """
 
 from __future__ import annotations
@@ -30,26 +34,84 @@ def level_diameter_sums(depth: int, d: int) -> list[float]:
     return [1.0] + [2.0**j * diameter(j, d) for j in range(depth + 1)]
 
 
+def _spread_masks(nbits: int, d: int) -> list[tuple[int, int]]:
+    """(shift, mask) steps that move bit i of an nbits-bit value to bit i*d (d >= 2).
+
+    Groups of g consecutive bits sit at positions j*g*d; each step halves g: the upper half of
+    every group moves left by g*(d-1), and the mask keeps only the new groups. Masks cover only
+    the nbits useful bits, so every value (and mask) stays below 2**((nbits-1)*d + 1).
+    """
+    steps = []
+    g = 1 << max(nbits - 1, 0).bit_length()  # smallest power of two >= nbits
+    while g > 1:
+        g //= 2
+        mask = 0
+        for j in range(-(-nbits // g)):  # groups of g bits at j*g*d, clipped to nbits bits
+            width = min(g, nbits - j * g)
+            mask |= ((1 << width) - 1) << (j * g * d)
+        steps.append((g * (d - 1), mask))
+    return steps
+
+
+def _spread(q: np.ndarray, nbits: int, d: int) -> np.ndarray:
+    """Bits 0..nbits-1 of q (int64) moved to positions 0, d, 2d, ... (a new int64 array)."""
+    x = q & ((1 << nbits) - 1)
+    if d == 1:
+        return x
+    tmp = np.empty_like(x)
+    for shift, mask in _spread_masks(nbits, d):
+        np.left_shift(x, shift, out=tmp)
+        x |= tmp
+        x &= mask
+    return x
+
+
+def _compact(x: np.ndarray, nbits: int, d: int) -> np.ndarray:
+    """Inverse of `_spread`: bits 0, d, ..., (nbits-1)d of x (int64) packed into bits 0..nbits-1."""
+    steps = _spread_masks(nbits, d) if d > 1 else []
+    if not steps:  # d == 1 or a single bit: nothing to move
+        return x & ((1 << nbits) - 1)
+    x = x & steps[-1][1]  # the bits at positions i*d, i < nbits
+    merged = [mask for _, mask in steps[-2::-1]] + [(1 << nbits) - 1]  # groups of 2, 4, .. bits
+    tmp = np.empty_like(x)
+    for (shift, _), mask in zip(steps[::-1], merged, strict=True):
+        np.right_shift(x, shift, out=tmp)
+        x |= tmp
+        x &= mask
+    return x
+
+
 def leaf_codes(X: np.ndarray, depth: int) -> np.ndarray:
     """Index (in Morton order) of the depth-`depth` cell holding each row of X in [0,1]^d."""
     n, d = X.shape
     bits = bits_per_coordinate(depth, d)
-    # Grid index per coordinate; x = 1 belongs to the last cell.
-    q = np.minimum((X * np.exp2(bits)).astype(np.int64), (1 << bits) - 1)
     codes = np.zeros(n, dtype=np.int64)
-    for j in range(1, depth + 1):
-        c, t = (j - 1) % d, (j - 1) // d
-        codes = (codes << 1) | ((q[:, c] >> (bits[c] - 1 - t)) & 1)
+    for c in range(d):
+        b = int(bits[c])
+        if b == 0:  # coordinate never split at this depth
+            continue
+        # Grid index along c; x = 1 belongs to the last cell.
+        q = (X[:, c] * np.exp2(bits[c])).astype(np.int64)
+        np.minimum(q, (1 << b) - 1, out=q)
+        spread = _spread(q, b, d)
+        spread <<= (depth - 1 - c) % d  # where coordinate c's last bit sits in the code
+        codes |= spread
     return codes
+
+
+def _grid_index(codes: np.ndarray, depth: int, d: int, c: int, nbits: int) -> np.ndarray:
+    """Grid index along coordinate c (nbits bits) of each cell code: one column of the inverse."""
+    return _compact(codes >> ((depth - 1 - c) % d), nbits, d)
 
 
 def cell_grid_index(codes: np.ndarray, depth: int, d: int) -> np.ndarray:
     """Inverse of the interleaving: per-coordinate grid index (m, d) of each cell code."""
     bits = bits_per_coordinate(depth, d)
     q = np.zeros((codes.shape[0], d), dtype=np.int64)
-    for j in range(1, depth + 1):
-        c, t = (j - 1) % d, (j - 1) // d
-        q[:, c] |= ((codes >> (depth - j)) & 1) << (bits[c] - 1 - t)
+    codes = np.asarray(codes, dtype=np.int64)
+    for c in range(d):
+        if bits[c]:
+            q[:, c] = _grid_index(codes, depth, d, c, int(bits[c]))
     return q
 
 
@@ -57,8 +119,15 @@ def level_counts(leaf_counts: np.ndarray, depth: int) -> list[np.ndarray]:
     """Counts at every level 0..depth from the leaf counts, by pairwise sums of siblings."""
     counts = [leaf_counts]
     for _ in range(depth):
-        counts.append(counts[-1].reshape(-1, 2).sum(axis=1))
+        counts.append(_sibling_sums(counts[-1]))
     return counts[::-1]
+
+
+def _sibling_sums(a: np.ndarray) -> np.ndarray:
+    """a.reshape(-1, 2).sum(axis=1): same values and dtype, without the slow axis-1 reduction."""
+    if a.dtype in (np.int64, np.float64) and a.ndim == 1 and a.size % 2 == 0:
+        return a[0::2] + a[1::2]
+    return a.reshape(-1, 2).sum(axis=1)
 
 
 def true_level_counts(X: np.ndarray, depth: int) -> list[np.ndarray]:
@@ -72,5 +141,11 @@ def points_in_cells(
 ) -> np.ndarray:
     """One point drawn uniformly in each listed cell (post-processing: looks at no data)."""
     bits = bits_per_coordinate(depth, d)
-    q = cell_grid_index(codes, depth, d)
-    return (q + rng.random(q.shape)) / np.exp2(bits)
+    codes = np.asarray(codes, dtype=np.int64)
+    # Same draws and values as (cell_grid_index(codes) + rng.random((m, d))) / 2**bits, in place.
+    points = rng.random((codes.shape[0], d))
+    for c in range(d):
+        if bits[c]:
+            points[:, c] += _grid_index(codes, depth, d, c, int(bits[c]))
+    points /= np.exp2(bits)
+    return points
