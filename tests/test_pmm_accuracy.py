@@ -11,8 +11,8 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from dpsynth_cli.evaluate.w1 import w1_exact
 
+from dpsynth_cli.evaluate.w1 import w1_exact
 from dpsynth_cli.mechanisms import pmm
 from dpsynth_cli.privacy.ledger import Ledger
 from dpsynth_cli.privacy.noise import RandomSource
