@@ -24,8 +24,6 @@ from dpsynth_cli.domain import (
     resolve_columns,
 )
 from dpsynth_cli.errors import DpsynthError, UsageError
-from dpsynth_cli.evaluate import compare
-from dpsynth_cli.evaluate.plot import plot_comparison
 from dpsynth_cli.privacy.noise import RandomSource
 from dpsynth_cli.synth import SynthOptions, plan_budget, synthesize
 
@@ -238,6 +236,9 @@ def evaluate(
     quiet: opt.Quiet = False,
 ) -> None:
     """Compare REAL and SYNTHETIC: W1 and per-column utility. NOT private: do not release."""
+    from dpsynth_cli.evaluate import compare  # scipy and POT: only evaluate pays for them
+    from dpsynth_cli.evaluate.plot import plot_comparison
+
     feedback = Feedback(quiet)
     declared = {name: (lo, hi) for name, lo, hi in map(parse_bounds_flag, bounds or [])}
     if from_report:
