@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from fractions import Fraction
 
 import pandas as pd
 import pytest
 
 from dpsynth_cli.cli import app
+from dpsynth_cli.mechanisms import pmm
 from tests.conftest import SAMPLE, SECRET
 
 BOUNDS = ["--bounds", "age=0:100", "--bounds", "score=0:1"]
@@ -211,3 +213,40 @@ def test_demo_sample_runs(runner, tmp_path):
     )
     assert result.exit_code == 0, result.output
     assert list(pd.read_csv(out).columns) == ["age", "systolic_bp", "cholesterol"]
+
+
+def test_replace_relation_doubles_the_noise(runner, small_csv, tmp_path):
+    for relation, sensitivity in (("add-remove", 1), ("replace", 2)):
+        out = tmp_path / f"{relation}.csv"
+        args = [small_csv, "--eps", 1, *BOUNDS, "-o", out, "--seed", 3, "--neighboring", relation]
+        assert synth(runner, *args).exit_code == 0
+        report = json.loads((tmp_path / f"{relation}.csv.report.json").read_text())
+        assert report["neighbouring_relation"] == relation
+        pmm_spend = next(e for e in report["ledger"]["entries"] if e["step"] == "pmm")
+        assert pmm_spend["sensitivity"] == sensitivity
+        depth = report["mechanism"]["depth"]
+        unit = pmm.level_scales(Fraction(pmm_spend["epsilon_exact"]), depth, 2, 1)
+        assert report["mechanism"]["level_noise_scales"] == [float(sensitivity * s) for s in unit]
+
+
+def test_terminal_gets_progress_and_summary(monkeypatch):
+    from rich.console import Console
+
+    from dpsynth_cli import console
+
+    feedback = console.Feedback(quiet=False)
+    feedback.console = Console(stderr=True, force_terminal=True, record=True, width=100)
+    feedback.interactive = True
+    with feedback.step("synthesising"):
+        pass
+    report = {
+        "ledger": {"total_epsilon": 1.0, "budget_epsilon": 1.0},
+        "neighbouring_relation": "add-remove",
+        "mechanism": {"name": "pmm"},
+        "output": {"rows": 10},
+        "accuracy": {"w1_bound_unit_cube": 0.5},
+        "seeded": True,
+    }
+    feedback.summary(report, "out.csv", "out.csv.report.json")
+    text = feedback.console.export_text()
+    assert "epsilon spent" in text and "NOT FOR RELEASE" in text and "out.csv" in text
