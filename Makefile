@@ -29,6 +29,8 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.speed
+	$(BIN)/python -m benchmarks.w1_speed
+	$(BIN)/python -m benchmarks.noise_speed
 
 clean:
 	rm -rf $(VENV) sample_data/out
