@@ -127,10 +127,11 @@ Mechanism = Annotated[
     str,
     _opt(
         "--mechanism",
-        metavar="pmm",
+        metavar="pmm|privtree",
         show_default=True,
-        help="Synthesiser, e.g. --mechanism pmm: Private Measure Mechanism "
-        "(dissertation Algorithm 4).",
+        help="Synthesiser, e.g. --mechanism privtree. pmm: Private Measure Mechanism "
+        "(dissertation Algorithm 4; a-priori W1 bound in the report). privtree: adaptive "
+        "partition (Zhang, Xiao & Xie 2016) with exact discrete noise; no a-priori bound.",
     ),
 ]
 Rows = Annotated[
