@@ -32,5 +32,18 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.w1_speed
 	$(BIN)/python -m benchmarks.noise_speed
 
+# Peers (smartnoise-synth needs pandas < 3 and pulls in torch) and the real tables live in a
+# separate environment so they never change the test environment.
+BENCH_VENV := .venv-bench
+
+$(BENCH_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install --quiet --upgrade pip
+	$(BENCH_VENV)/bin/pip install --quiet -e '.[bench,plot]'
+	touch $@
+
+bench-accuracy: $(BENCH_VENV)/.installed
+	$(BENCH_VENV)/bin/python -m benchmarks.accuracy --write-docs
+
 clean:
-	rm -rf $(VENV) sample_data/out
+	rm -rf $(VENV) $(BENCH_VENV) sample_data/out
