@@ -127,11 +127,13 @@ Mechanism = Annotated[
     str,
     _opt(
         "--mechanism",
-        metavar="pmm|privtree",
+        metavar="pmm|privtree|hierarchy",
         show_default=True,
         help="Synthesiser, e.g. --mechanism privtree. pmm: Private Measure Mechanism "
         "(dissertation Algorithm 4; a-priori W1 bound in the report). privtree: adaptive "
-        "partition (Zhang, Xiao & Xie 2016) with exact discrete noise; no a-priori bound.",
+        "partition (Zhang, Xiao & Xie 2016) with exact discrete noise; hierarchy: a short band "
+        "of nested grids with least-squares consistency (Hay et al. 2010) and pruning. "
+        "privtree and hierarchy carry no a-priori bound.",
     ),
 ]
 Rows = Annotated[

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from dpsynth_cli.domain import ColumnSpec, Domain, value_matrix
 from dpsynth_cli.errors import DataError, UsageError
-from dpsynth_cli.mechanisms import pmm, privtree
+from dpsynth_cli.mechanisms import hierarchy, pmm, privtree
 from dpsynth_cli.mechanisms.base import Mechanism, MechanismRun
 from dpsynth_cli.mechanisms.bounds import estimate_bounds
 from dpsynth_cli.mechanisms.count import noisy_count
@@ -26,7 +26,11 @@ from dpsynth_cli.privacy.noise import RandomSource
 
 DEFAULT_BOUNDS_SHARE = 0.1
 COUNT_SHARE = 0.05
-MECHANISMS: dict[str, Mechanism] = {"pmm": pmm.run, "privtree": privtree.run}
+MECHANISMS: dict[str, Mechanism] = {
+    "pmm": pmm.run,
+    "privtree": privtree.run,
+    "hierarchy": hierarchy.run,
+}
 
 
 @dataclass(frozen=True)
