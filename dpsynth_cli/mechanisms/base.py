@@ -40,3 +40,14 @@ class Mechanism(Protocol):
         rng: np.random.Generator,
         rows: int | None,
     ) -> MechanismRun: ...
+
+
+def resample_counts(counts: np.ndarray, rows: int | None, rng: np.random.Generator) -> np.ndarray:
+    """`--rows`: draw `rows` cells from the released counts (post-processing); None keeps them.
+
+    A measure with no mass gives no rows.
+    """
+    if rows is None:
+        return counts
+    total = int(counts.sum())
+    return rng.multinomial(rows, counts / total) if total > 0 else np.zeros_like(counts)

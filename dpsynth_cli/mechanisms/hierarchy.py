@@ -62,7 +62,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from dpsynth_cli.mechanisms.base import MechanismRun
+from dpsynth_cli.mechanisms.base import MechanismRun, resample_counts
 from dpsynth_cli.privacy import noise
 from dpsynth_cli.privacy.ledger import Ledger, Spend, histogram_sensitivity
 
@@ -442,9 +442,7 @@ def place_points(
     """Points in [0,1]^d: leaf_counts[c] per leaf (or `rows` resampled), shuffled."""
     d, k = leaf_counts.ndim, leaf_counts.shape[0]
     counts = leaf_counts.reshape(-1).astype(np.int64)
-    total = int(counts.sum())
-    if rows is not None:
-        counts = rng.multinomial(rows, counts / total) if total > 0 else np.zeros_like(counts)
+    counts = resample_counts(counts, rows, rng)
     slopes = leaf_slopes(leaf_counts)
     cell = np.repeat(np.arange(counts.size), counts)
     pts = _within_cell_uniforms(counts, d, rng)

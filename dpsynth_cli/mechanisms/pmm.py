@@ -26,7 +26,7 @@ from fractions import Fraction
 import numpy as np
 
 from dpsynth_cli.mechanisms import partition
-from dpsynth_cli.mechanisms.base import MechanismRun
+from dpsynth_cli.mechanisms.base import MechanismRun, resample_counts
 from dpsynth_cli.mechanisms.consistency import make_consistent
 from dpsynth_cli.privacy import noise
 from dpsynth_cli.privacy.ledger import Ledger, Spend, histogram_sensitivity
@@ -129,11 +129,7 @@ def sample_points(
     leaf_counts: np.ndarray, pmm: PmmPlan, rng: np.random.Generator, rows: int | None = None
 ) -> np.ndarray:
     """Points uniform in the leaf cells, m_theta per cell, or `rows` drawn from that measure."""
-    total = int(leaf_counts.sum())
-    if rows is not None and total > 0:
-        leaf_counts = rng.multinomial(rows, leaf_counts / total)
-    elif rows is not None:
-        leaf_counts = np.zeros_like(leaf_counts)
+    leaf_counts = resample_counts(leaf_counts, rows, rng)
     codes = np.repeat(np.arange(leaf_counts.shape[0], dtype=np.int64), leaf_counts)
     rng.shuffle(codes)
     return partition.points_in_cells(codes, pmm.depth, pmm.d, rng)

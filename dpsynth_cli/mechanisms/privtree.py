@@ -95,7 +95,7 @@ from typing import Any
 import numpy as np
 
 from dpsynth_cli.mechanisms import partition
-from dpsynth_cli.mechanisms.base import MechanismRun
+from dpsynth_cli.mechanisms.base import MechanismRun, resample_counts
 from dpsynth_cli.privacy import noise
 from dpsynth_cli.privacy.ledger import EPS_GRID, Ledger, Spend, histogram_sensitivity
 
@@ -379,10 +379,7 @@ def leaf_sizes(
     """Post-processing: clip at 0, empty leaves below the zeroing threshold, resample `rows`."""
     m = np.maximum(rel.noisy_counts, 0)
     m[m < pt.zero_below * float(pt.count_scale)] = 0
-    if rows is not None:
-        total = int(m.sum())
-        m = rng.multinomial(rows, m / total) if total > 0 else np.zeros_like(m)
-    return m
+    return resample_counts(m, rows, rng)
 
 
 _REV8 = np.array([int(f"{i:08b}"[::-1], 2) for i in range(256)], dtype=np.uint8)
