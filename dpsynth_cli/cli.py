@@ -25,7 +25,7 @@ from dpsynth_cli.domain import (
 )
 from dpsynth_cli.errors import DpsynthError, UsageError
 from dpsynth_cli.privacy.noise import RandomSource
-from dpsynth_cli.synth import SynthOptions, plan_budget, synthesize
+from dpsynth_cli.synth import PLAN_RULES, SynthOptions, plan_budget, synthesize
 
 app = typer.Typer(
     name="dpsynth",
@@ -87,7 +87,7 @@ def synth(
     schema: opt.Schema = None,
     bounds_eps: opt.BoundsEps = None,
     neighboring: opt.Neighboring = "add-remove",
-    mechanism: opt.Mechanism = "pmm",
+    mechanism: opt.Mechanism = "auto",
     rows: opt.Rows = None,
     seed: opt.Seed = None,
     report_path: opt.Report = None,
@@ -165,9 +165,8 @@ def _dry_run_plan(
         "neighbouring_relation": options.relation,
         "columns": names or "every numeric column of the input",
         "budget_plan": budget,
-        "depth_rule": "r = ceil(log2(eps_mechanism * noisy_rows / sensitivity)), minus 1 when "
-        "d = 1, capped at 24 (Corollary 3.11)",
-        "noise": "discrete Laplace; per-level scales by eq. (3.7)",
+        "plan_rule": PLAN_RULES[options.mechanism],
+        "noise": "discrete Laplace, exact rational scales",
     }
 
 

@@ -181,7 +181,7 @@ class _CsvLayout:
 
 def _read_csv(raw: bytes, name: str, columns: list[str] | None) -> pa.Table:
     if raw.startswith(_BOM):
-        raw = raw[len(_BOM):]
+        raw = raw[len(_BOM) :]
     if not raw:
         raise DataError(f"input {name} is empty (0 bytes)")
     layout = _scan_csv(raw, name)
@@ -310,7 +310,7 @@ def _scan_csv(raw: bytes, name: str) -> _CsvLayout:
         opening = int(starts[-1])
         open_record = int(np.searchsorted(rec_end, opening, side="left"))
         if bad.size == 0 or bad[0] >= open_record:
-            problems.append((line_of(opening), "unterminated quoted field (missing closing \")"))
+            problems.append((line_of(opening), 'unterminated quoted field (missing closing ")'))
             bad = bad[:0]
     if bad.size:
         r = int(bad[0])
@@ -338,7 +338,7 @@ def _first_invalid_utf8(raw: bytes) -> int | None:
     for off in range(0, len(raw), _UTF8_CHUNK):
         pending = len(decoder.getstate()[0])
         try:
-            decoder.decode(view[off:off + _UTF8_CHUNK], final=off + _UTF8_CHUNK >= len(raw))
+            decoder.decode(view[off : off + _UTF8_CHUNK], final=off + _UTF8_CHUNK >= len(raw))
         except UnicodeDecodeError as exc:
             return off - pending + exc.start
     return None
@@ -359,12 +359,12 @@ def _quoted_spans(raw: bytes, buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     q = np.flatnonzero(buf == _QUOTE)
     opens, closes = q[0::2], q[1::2]
     before = buf[np.maximum(opens - 1, 0)]
-    ok_open = (opens == 0) | (before == _COMMA) | (before == _LF) | (before == _CR) | (
-        before == _QUOTE
+    ok_open = (
+        (opens == 0) | (before == _COMMA) | (before == _LF) | (before == _CR) | (before == _QUOTE)
     )
     after = buf[np.minimum(closes + 1, n - 1)]
-    ok_close = (closes == n - 1) | (after == _COMMA) | (after == _LF) | (after == _CR) | (
-        after == _QUOTE
+    ok_close = (
+        (closes == n - 1) | (after == _COMMA) | (after == _LF) | (after == _CR) | (after == _QUOTE)
     )
     if ok_open.all() and ok_close.all():
         if opens.size > closes.size:

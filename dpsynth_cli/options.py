@@ -127,13 +127,14 @@ Mechanism = Annotated[
     str,
     _opt(
         "--mechanism",
-        metavar="pmm|privtree|hierarchy",
+        metavar="auto|pmm|privtree|hierarchy",
         show_default=True,
-        help="Synthesiser, e.g. --mechanism privtree. pmm: Private Measure Mechanism "
-        "(dissertation Algorithm 4; a-priori W1 bound in the report). privtree: adaptive "
-        "partition (Zhang, Xiao & Xie 2016) with exact discrete noise; hierarchy: a short band "
-        "of nested grids with least-squares consistency (Hay et al. 2010) and pruning. "
-        "privtree and hierarchy carry no a-priori bound.",
+        help="Synthesiser, e.g. --mechanism pmm. auto: hierarchy or privtree, chosen from d, eps "
+        "and the noisy row count by what the accuracy benchmark measured (docs/benchmarks.md). "
+        "pmm: Private Measure Mechanism (dissertation Algorithm 4; a-priori W1 bound in the "
+        "report). privtree: adaptive partition (Zhang, Xiao & Xie 2016) with exact discrete "
+        "noise. hierarchy: a short band of nested grids with least-squares consistency (Hay et "
+        "al. 2010) and pruning. Only pmm carries an a-priori W1 bound.",
     ),
 ]
 Rows = Annotated[

@@ -1,7 +1,8 @@
 """The `synth` job as a library call: table in, DP synthetic table and public report out.
 
 Flow: choose columns and public bounds -> (DP bounds for undeclared columns) -> rescale to
-[0,1]^d -> noisy count -> PMM -> back to original units. Every step that reads the rows spends
+[0,1]^d -> noisy count -> mechanism (`auto`: chosen from public quantities) -> back to original
+units. Every step that reads the rows spends
 budget through the ledger; everything in the report is built from the ledger's released values
 and public parameters (see `report.build_report`).
 """
@@ -17,7 +18,7 @@ import pyarrow as pa
 
 from dpsynth_cli.domain import ColumnSpec, Domain, value_matrix
 from dpsynth_cli.errors import DataError, UsageError
-from dpsynth_cli.mechanisms import hierarchy, pmm, privtree
+from dpsynth_cli.mechanisms import hierarchy, pmm, privtree, select
 from dpsynth_cli.mechanisms.base import Mechanism, MechanismRun
 from dpsynth_cli.mechanisms.bounds import estimate_bounds
 from dpsynth_cli.mechanisms.count import noisy_count
@@ -27,9 +28,20 @@ from dpsynth_cli.privacy.noise import RandomSource
 DEFAULT_BOUNDS_SHARE = 0.1
 COUNT_SHARE = 0.05
 MECHANISMS: dict[str, Mechanism] = {
+    "auto": select.run,
     "pmm": pmm.run,
     "privtree": privtree.run,
     "hierarchy": hierarchy.run,
+}
+# What `--dry-run` says about how each mechanism fixes its parameters (before any data is read).
+PLAN_RULES: dict[str, str] = {
+    "auto": "after the noisy count: " + select.rule_text(),
+    "pmm": "depth r = ceil(log2(eps_mechanism * noisy_rows / sensitivity)), minus 1 when d = 1, "
+    "capped at 24 (Corollary 3.11); per-level discrete Laplace scales by eq. (3.7)",
+    "privtree": "start level, split threshold and bias from eps, d and noisy_rows "
+    "(privtree.POLICY); structure and leaf counts share the mechanism epsilon",
+    "hierarchy": "finest grid about c_d (eps * noisy_rows / sensitivity)^(1/(d+1)) cells per "
+    "axis, a band of coarser levels above it (hierarchy.RESOLUTION, hierarchy.LEVELS)",
 }
 
 
@@ -40,7 +52,7 @@ class SynthOptions:
     epsilon: float
     bounds_epsilon: float | None = None
     relation: str = "add-remove"
-    mechanism: str = "pmm"
+    mechanism: str = "auto"
     rows: int | None = None
     diagnostics: bool = False
 

@@ -212,16 +212,6 @@ def test_thin_tail_is_kept_where_it_is():
 # -- placement and output -----------------------------------------------------------------------
 
 
-def test_linear_inverse_cdf_inverts_the_cdf():
-    a = np.linspace(-2, 2, 41)[:, None]
-    u = np.linspace(0, 1, 101)[None, :]
-    p = u + a / 2 * (u**2 - u)
-    a, p = np.broadcast_arrays(a, p)
-    np.testing.assert_allclose(
-        hier._linear_inverse_cdf(a, p), np.broadcast_to(u, a.shape), atol=1e-7
-    )
-
-
 def test_placement_is_stratified_in_one_dimension():
     counts = np.array([0, 7, 3, 0])
     pts = hier.place_points(counts, np.random.default_rng(0))

@@ -523,14 +523,33 @@ def test_write_outputs_refusals_write_nothing(tmp_path):
     src.write_text("a\n1\n")
     out = str(tmp_path / "o.csv")
     msg = error_of(
-        UsageError, dio.write_outputs, sample_table(), out, "csv",
-        input_path=str(src), extra={str(src): "{}"},
+        UsageError,
+        dio.write_outputs,
+        sample_table(),
+        out,
+        "csv",
+        input_path=str(src),
+        extra={str(src): "{}"},
     )
     assert str(src) in msg
-    error_of(UsageError, dio.write_outputs, sample_table(), out, "csv", input_path=None,
-             extra={out: "{}"})
-    error_of(UsageError, dio.write_outputs, sample_table(), out, "csv", input_path=None,
-             extra={str(tmp_path / "missing" / "r.json"): "{}"})
+    error_of(
+        UsageError,
+        dio.write_outputs,
+        sample_table(),
+        out,
+        "csv",
+        input_path=None,
+        extra={out: "{}"},
+    )
+    error_of(
+        UsageError,
+        dio.write_outputs,
+        sample_table(),
+        out,
+        "csv",
+        input_path=None,
+        extra={str(tmp_path / "missing" / "r.json"): "{}"},
+    )
     assert listdir(tmp_path) == ["in.csv"]
 
 
@@ -540,8 +559,13 @@ def test_write_outputs_failure_commits_nothing(tmp_path, monkeypatch):
 
     monkeypatch.setattr(dio.pacsv, "write_csv", boom)
     with pytest.raises(RuntimeError):
-        dio.write_outputs(sample_table(), str(tmp_path / "o.csv"), "csv", input_path=None,
-                          extra={str(tmp_path / "r.json"): "{}"})
+        dio.write_outputs(
+            sample_table(),
+            str(tmp_path / "o.csv"),
+            "csv",
+            input_path=None,
+            extra={str(tmp_path / "r.json"): "{}"},
+        )
     assert listdir(tmp_path) == []
 
 

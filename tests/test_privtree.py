@@ -193,27 +193,28 @@ def test_leaves_partition_the_cube():
     assert counts.sum() == X.shape[0]
 
 
-def test_bit_reverse():
-    x = np.array([0b1, 0b110, 0b1011, 5, 0], dtype=np.int64)
-    bits = np.array([1, 3, 4, 0, 7])
-    assert privtree.bit_reverse(x, bits).tolist() == [1, 0b011, 0b1101, 0, 0]
-    big = np.array([1], dtype=np.int64)
-    assert privtree.bit_reverse(big, np.array([60]))[0] == 1 << 59
+def test_leaf_boxes_and_slopes_follow_the_released_densities():
+    # d = 1, depth 3: leaves [0, 1/2) (level 1), [1/2, 3/4) and [3/4, 1) (level 2)
+    leaves, levels = np.array([0, 2, 3]), np.array([1, 2, 2])
+    lower, width = privtree.leaf_boxes(leaves, levels, 1)
+    assert lower[:, 0].tolist() == [0.0, 0.5, 0.75] and width[:, 0].tolist() == [0.5, 0.25, 0.25]
+    sizes = np.array([10, 10, 20])  # densities 20, 40, 80
+    slopes = privtree.leaf_slopes(leaves, levels, sizes, lower, width, 3)[:, 0]
+    # leaf 0: left is the face (itself, 20), right at 0.75 + ... is leaf 2 (80): (80-20)/40 -> 1.5
+    # leaf 1: 20 and 80 around 40 -> 0.75; leaf 2: 40 and the face (80) -> 0.25
+    np.testing.assert_allclose(slopes, [1.5, 0.75, 0.25])
 
 
-@pytest.mark.parametrize("d", [1, 2])
-def test_placement_is_stratified_inside_each_leaf(d):
+@pytest.mark.parametrize("d", [1, 2, 3])
+def test_placement_puts_each_leafs_points_inside_it(d):
     pt = privtree.plan(1000, Fraction(1), d, "add-remove", max_depth=12)
-    leaves = np.array([0, 3], dtype=np.int64)
-    levels = np.array([1, 2], dtype=np.int64)
-    sizes = np.array([37, 11])
+    leaves = np.array([0, 2, 3], dtype=np.int64)
+    levels = np.array([1, 2, 2], dtype=np.int64)
+    sizes = np.array([37, 0, 11])
     pts = privtree.place_points(leaves, levels, sizes, pt, np.random.default_rng(3))
     codes = partition.leaf_codes(pts, 12)
+    assert pts.shape == (48, d)
     assert ((codes >> 11) == 0).sum() == 37 and ((codes >> 10) == 3).sum() == 11
-    inside = codes[(codes >> 11) == 0]
-    for level in range(2, 8):  # every dyadic sub-cell of the leaf gets floor or ceil
-        per_cell = np.bincount(inside >> (12 - level), minlength=1 << (level - 1))
-        assert per_cell.max() - per_cell.min() <= 1
 
 
 @pytest.mark.heavy

@@ -7,9 +7,10 @@ from fractions import Fraction
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from dpsynth_cli.cli import app
-from dpsynth_cli.mechanisms import partition, pmm
+from dpsynth_cli.mechanisms import hierarchy, partition, pmm, select
 from dpsynth_cli.privacy import noise
 
 BOUNDS = ["--bounds", "a=0:10", "--bounds", "b=-1:1"]
@@ -23,7 +24,29 @@ def run(runner, path, out, *extra):
     return json.loads(out.with_name(out.name + ".report.json").read_text())
 
 
-def test_two_datasets_with_equal_released_values_give_equal_outputs(runner, tmp_path, monkeypatch):
+def fixed_release(monkeypatch, mechanism: str) -> None:
+    """Make the mechanism's released noisy values a fixed function of public quantities."""
+    if mechanism == "pmm":
+
+        def fixed_tree(noisy, _rng):
+            depth = len(noisy) - 1
+            return partition.level_counts(np.arange(1 << depth) % 3, depth)
+
+        monkeypatch.setattr(pmm, "make_consistent", fixed_tree)
+        return
+    real = hierarchy.noisy_level_counts
+
+    def fixed_levels(X, hp, source, ledger):  # spends as usual, then releases fixed counts
+        counts = real(X, hp, source, ledger)
+        return [np.arange(c.size).reshape(c.shape) % 4 for c in counts]
+
+    monkeypatch.setattr(hierarchy, "noisy_level_counts", fixed_levels)
+
+
+@pytest.mark.parametrize("mechanism", ["pmm", "hierarchy"])
+def test_two_datasets_with_equal_released_values_give_equal_outputs(
+    runner, tmp_path, monkeypatch, mechanism
+):
     """Force the released noisy values to coincide; then nothing else may tell the inputs apart."""
     rng = np.random.default_rng(0)
     first = pd.DataFrame({"a": rng.integers(0, 11, 500), "b": rng.random(500)})
@@ -33,18 +56,14 @@ def test_two_datasets_with_equal_released_values_give_equal_outputs(runner, tmp_
     def count_noise(source, scale, size):
         return np.array([777 - true_rows["n"]])
 
-    def fixed_tree(noisy, _rng):
-        depth = len(noisy) - 1
-        return partition.level_counts(np.arange(1 << depth) % 3, depth)
-
     monkeypatch.setattr(noise, "discrete_laplace", count_noise)
-    monkeypatch.setattr(pmm, "make_consistent", fixed_tree)
+    fixed_release(monkeypatch, mechanism)
     reports, outputs = [], []
     for name, frame in (("first", first), ("second", second)):
         path, out = tmp_path / f"{name}.csv", tmp_path / f"{name}.synth.csv"
         frame.to_csv(path, index=False)
         true_rows["n"] = len(frame)
-        report = run(runner, path, out)
+        report = run(runner, path, out, "--mechanism", mechanism)
         del report["command"], report["output"]["path"]
         reports.append(report)
         outputs.append(out.read_bytes())
@@ -52,11 +71,16 @@ def test_two_datasets_with_equal_released_values_give_equal_outputs(runner, tmp_
     assert outputs[0] == outputs[1]
 
 
-def test_report_fields_follow_from_released_values(runner, tmp_path):
+def released_table(tmp_path):
     rng = np.random.default_rng(1)
     path, out = tmp_path / "in.csv", tmp_path / "out.csv"
     pd.DataFrame({"a": rng.integers(0, 11, 3000), "b": rng.random(3000)}).to_csv(path, index=False)
-    report = run(runner, path, out)
+    return path, out
+
+
+def test_report_fields_follow_from_released_values(runner, tmp_path):
+    path, out = released_table(tmp_path)
+    report = run(runner, path, out, "--mechanism", "pmm")
     entries = {e["step"]: e for e in report["ledger"]["entries"]}
     noisy_rows = entries["count"]["released"]["noisy_rows"]
     eps_pmm = Fraction(entries["pmm"]["epsilon_exact"])
@@ -68,6 +92,23 @@ def test_report_fields_follow_from_released_values(runner, tmp_path):
     assert report["output"]["rows"] == len(pd.read_csv(out))
     assert sum(Fraction(e["epsilon_exact"]) for e in entries.values()) <= 1
     assert 3000 not in _numbers(report)  # the true row count appears nowhere
+
+
+def test_auto_choice_and_plan_follow_from_released_values(runner, tmp_path):
+    path, out = released_table(tmp_path)
+    report = run(runner, path, out)
+    entries = {e["step"]: e for e in report["ledger"]["entries"]}
+    noisy_rows = entries["count"]["released"]["noisy_rows"]
+    chosen = report["mechanism"]["selected_by"]["chosen"]
+    eps = sum(Fraction(e["epsilon_exact"]) for k, e in entries.items() if k.startswith(chosen))
+    assert chosen == select.choose(2, eps, noisy_rows, "add-remove")
+    described = {k: v for k, v in report["mechanism"].items() if k != "selected_by"}
+    if chosen == "hierarchy":
+        assert described == hierarchy.plan(noisy_rows, eps, 2, "add-remove").to_json()
+    else:
+        assert described["name"] == "privtree"
+    assert "w1_bound_unit_cube" not in report["accuracy"]  # no a-priori bound is claimed
+    assert 3000 not in _numbers(report)
 
 
 def _numbers(obj) -> list:

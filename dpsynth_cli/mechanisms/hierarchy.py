@@ -62,6 +62,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from dpsynth_cli.mechanisms import placement
 from dpsynth_cli.mechanisms.base import MechanismRun, resample_counts
 from dpsynth_cli.privacy import noise
 from dpsynth_cli.privacy.ledger import Ledger, Spend, histogram_sensitivity
@@ -384,33 +385,11 @@ def release_leaf_counts(
 # -- placement ----------------------------------------------------------------------------------
 
 
-def _golden(d: int) -> float:
-    """Unique positive root of x^(d+1) = x + 1 (the generalised golden ratio)."""
-    x = 2.0
-    for _ in range(200):
-        x = (1.0 + x) ** (1.0 / (d + 1))
-    return x
-
-
-def _within_cell_uniforms(counts: np.ndarray, d: int, rng: np.random.Generator) -> np.ndarray:
-    """Low-discrepancy points in [0,1)^d for every cell, counts[c] of them, cells in order."""
-    m = int(counts.sum())
-    cell = np.repeat(np.arange(counts.size), counts)
-    start = np.cumsum(counts) - counts
-    i = (np.arange(m) - start[cell]).astype(np.float64)
-    shift = rng.random((counts.size, d))[cell]
-    if d == 1:  # exact stratification: one point in each 1/c of the cell
-        return (i[:, None] + shift) / counts[cell][:, None]
-    alpha = _golden(d) ** -np.arange(1.0, d + 1.0)
-    u = shift + i[:, None] * alpha[None, :]
-    return u - np.floor(u)
-
-
 def leaf_slopes(counts: np.ndarray) -> np.ndarray:
     """Relative slopes a (d, k^d) of a per-axis linear density 1 + a (u - 1/2) in each cell.
 
-    Central differences of the neighbouring counts (one-sided zero at the cube's faces),
-    divided by the cell's count and clipped to [-2, 2] so the density stays non-negative.
+    Central differences of the neighbouring counts (the cell itself past the cube's faces),
+    relative to the cell's count (`placement.relative_slope`).
     """
     d = counts.ndim
     m = counts.astype(np.float64)
@@ -420,20 +399,8 @@ def leaf_slopes(counts: np.ndarray) -> np.ndarray:
         hi = [slice(None)] * d
         lo = [slice(None)] * d
         hi[c], lo[c] = slice(2, None), slice(0, -2)
-        s = (pad[tuple(hi)] - pad[tuple(lo)]) / 2.0
-        a = np.divide(s, m, out=np.zeros_like(m), where=m > 0)
-        out[c] = np.clip(a, -2.0, 2.0).reshape(-1)
+        out[c] = placement.relative_slope(pad[tuple(lo)], m, pad[tuple(hi)]).reshape(-1)
     return out
-
-
-def _linear_inverse_cdf(a: np.ndarray, p: np.ndarray) -> np.ndarray:
-    """u in [0,1] with P(U <= u) = p for the density 1 + a (u - 1/2), |a| <= 2."""
-    flat = np.abs(a) < 1e-9
-    a_ = np.where(flat, 1.0, a)
-    b = 1.0 - a_ / 2.0  # F(u) = (a/2) u^2 + (1 - a/2) u
-    den = b + np.sqrt(np.maximum(b * b + 2.0 * a_ * p, 0.0))  # 0 only if a = 2 and p = 0
-    u = np.divide(2.0 * p, den, out=np.zeros_like(den), where=den > 0)  # the stable root
-    return np.clip(np.where(flat, p, u), 0.0, 1.0)
 
 
 def place_points(
@@ -441,14 +408,10 @@ def place_points(
 ) -> np.ndarray:
     """Points in [0,1]^d: leaf_counts[c] per leaf (or `rows` resampled), shuffled."""
     d, k = leaf_counts.ndim, leaf_counts.shape[0]
-    counts = leaf_counts.reshape(-1).astype(np.int64)
-    counts = resample_counts(counts, rows, rng)
-    slopes = leaf_slopes(leaf_counts)
-    cell = np.repeat(np.arange(counts.size), counts)
-    pts = _within_cell_uniforms(counts, d, rng)
-    grid = np.unravel_index(cell, (k,) * d)
-    for c in range(d):
-        pts[:, c] = (grid[c] + _linear_inverse_cdf(slopes[c][cell], pts[:, c])) / k
+    counts = resample_counts(leaf_counts.reshape(-1).astype(np.int64), rows, rng)
+    lower = np.column_stack(np.unravel_index(np.arange(counts.size), (k,) * d)) / k
+    width = np.full_like(lower, 1.0 / k)
+    pts = placement.place_in_boxes(lower, width, leaf_slopes(leaf_counts).T, counts, rng)
     return pts[rng.permutation(pts.shape[0])]
 
 

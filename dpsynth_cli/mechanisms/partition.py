@@ -136,9 +136,7 @@ def true_level_counts(X: np.ndarray, depth: int) -> list[np.ndarray]:
     return level_counts(leaves, depth)
 
 
-def points_in_cells(
-    codes: np.ndarray, depth: int, d: int, rng: np.random.Generator
-) -> np.ndarray:
+def points_in_cells(codes: np.ndarray, depth: int, d: int, rng: np.random.Generator) -> np.ndarray:
     """One point drawn uniformly in each listed cell (post-processing: looks at no data)."""
     bits = bits_per_coordinate(depth, d)
     codes = np.asarray(codes, dtype=np.int64)

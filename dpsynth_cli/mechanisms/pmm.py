@@ -117,7 +117,10 @@ def noisy_level_counts(
 
 
 def consistent_leaf_counts(
-    X: np.ndarray, pmm: PmmPlan, source: noise.RandomSource, ledger: Ledger,
+    X: np.ndarray,
+    pmm: PmmPlan,
+    source: noise.RandomSource,
+    ledger: Ledger,
     rng: np.random.Generator,
 ) -> np.ndarray:
     """Algorithm 4 up to the sampling step: consistent non-negative leaf counts m_theta."""

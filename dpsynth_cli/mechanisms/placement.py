@@ -1,0 +1,76 @@
+"""Where to put a cell's synthetic points: a linear density per axis, low-discrepancy points.
+
+Post-processing shared by the mechanisms whose released values are counts of axis-aligned boxes
+(`hierarchy`: a regular grid; `privtree`: the leaves of an adaptive binary partition). It reads
+only released counts, public geometry and post-processing randomness, so it costs no privacy.
+Uniform placement makes the synthetic density a staircase; when the counts say the density
+rises across a cell, a per-axis linear density 1 + a (u - 1/2) (a MUSCL-style piecewise-linear
+reconstruction, |a| <= 2 keeps it non-negative) follows that rise and lowers W1 on smooth data.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+MAX_SLOPE = 2.0  # 1 + a (u - 1/2) >= 0 on [0, 1] iff |a| <= 2
+
+
+def _golden(d: int) -> float:
+    """Unique positive root of x^(d+1) = x + 1 (the generalised golden ratio)."""
+    x = 2.0
+    for _ in range(200):
+        x = (1.0 + x) ** (1.0 / (d + 1))
+    return x
+
+
+def within_cell_uniforms(counts: np.ndarray, d: int, rng: np.random.Generator) -> np.ndarray:
+    """Low-discrepancy points in [0,1)^d for every cell, counts[c] of them, cells in order.
+
+    Exactly stratified for d = 1 (one point in each 1/c of the cell); a randomly shifted
+    Kronecker sequence with the generalised golden ratio for d >= 2.
+    """
+    m = int(counts.sum())
+    cell = np.repeat(np.arange(counts.size), counts)
+    start = np.cumsum(counts) - counts
+    i = (np.arange(m) - start[cell]).astype(np.float64)
+    shift = rng.random((counts.size, d))[cell]
+    if d == 1:
+        return (i[:, None] + shift) / counts[cell][:, None]
+    alpha = _golden(d) ** -np.arange(1.0, d + 1.0)
+    u = shift + i[:, None] * alpha[None, :]
+    return u - np.floor(u)
+
+
+def relative_slope(below: np.ndarray, here: np.ndarray, above: np.ndarray) -> np.ndarray:
+    """a = (above - below) / (2 here), the central difference of densities sampled one cell
+    width apart on either side, relative to the cell's own; 0 where here is 0; clipped to +-2."""
+    a = np.divide(above - below, 2.0 * here, out=np.zeros_like(here, dtype=float), where=here > 0)
+    return np.clip(a, -MAX_SLOPE, MAX_SLOPE)
+
+
+def linear_inverse_cdf(a: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """u in [0,1] with P(U <= u) = p for the density 1 + a (u - 1/2), |a| <= 2."""
+    flat = np.abs(a) < 1e-9
+    a_ = np.where(flat, 1.0, a)
+    b = 1.0 - a_ / 2.0  # F(u) = (a/2) u^2 + (1 - a/2) u
+    den = b + np.sqrt(np.maximum(b * b + 2.0 * a_ * p, 0.0))  # 0 only if a = 2 and p = 0
+    u = np.divide(2.0 * p, den, out=np.zeros_like(den), where=den > 0)  # the stable root
+    return np.clip(np.where(flat, p, u), 0.0, 1.0)
+
+
+def place_in_boxes(
+    lower: np.ndarray,
+    width: np.ndarray,
+    slopes: np.ndarray,
+    counts: np.ndarray,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """counts[i] points in box i (lower[i], width[i]: (k, d)) with per-axis relative slopes
+    slopes[i] ((k, d)), in box order (the caller shuffles)."""
+    counts = np.asarray(counts, dtype=np.int64)
+    d = lower.shape[1]
+    box = np.repeat(np.arange(counts.size), counts)
+    u = within_cell_uniforms(counts, d, rng)
+    for c in range(d):
+        u[:, c] = linear_inverse_cdf(slopes[box, c], u[:, c])
+    return lower[box] + width[box] * u

@@ -1,0 +1,52 @@
+"""`--mechanism auto`: a choice from public quantities that changes nothing but the name."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from dpsynth_cli.mechanisms import select
+from dpsynth_cli.privacy import noise
+from dpsynth_cli.privacy.ledger import Ledger
+
+
+def test_choice_depends_on_eps_times_noisy_rows_per_unit_of_sensitivity(monkeypatch):
+    monkeypatch.setattr(select, "PRIVTREE_FROM", {2: 1000.0})
+    monkeypatch.setattr(select, "PRIVTREE_FROM_DEFAULT", float("inf"))
+    assert select.choose(2, Fraction(1), 999, "add-remove") == "hierarchy"
+    assert select.choose(2, Fraction(1), 1000, "add-remove") == "privtree"
+    assert select.choose(2, Fraction(1, 2), 2000, "add-remove") == "privtree"
+    assert select.choose(2, Fraction(1), 1000, "replace") == "hierarchy"  # sensitivity 2
+    assert select.choose(2, Fraction(1), 2000, "replace") == "privtree"
+    assert select.choose(5, Fraction(10), 10**9, "add-remove") == "hierarchy"
+    assert select.choose(2, Fraction(1), -5, "add-remove") == "hierarchy"  # noisy counts can be < 0
+    assert select.rule_text().startswith("d=2: privtree when eps*noisy_rows/sensitivity >= 1000")
+
+
+@pytest.mark.parametrize("name", sorted(select.CANDIDATES))
+def test_auto_output_and_spends_are_the_chosen_mechanisms(monkeypatch, name):
+    threshold = 0.0 if name == "privtree" else float("inf")
+    monkeypatch.setattr(select, "PRIVTREE_FROM", {2: threshold})
+    X = np.random.default_rng(0).beta(2, 5, (1500, 2))
+    runs = []
+    for mechanism in (select.run, select.CANDIDATES[name]):
+        src, ledger = noise.RandomSource.seeded(4), Ledger(Fraction(1), "add-remove")
+        out = mechanism(
+            X,
+            epsilon=Fraction(1),
+            noisy_rows=1500,
+            relation="add-remove",
+            source=src.spawn("m"),
+            ledger=ledger,
+            rng=src.spawn("post").numpy_generator(),
+            rows=None,
+        )
+        runs.append((out, [s.to_json("add-remove") for s in ledger.spends]))
+    (auto, auto_spends), (direct, direct_spends) = runs
+    assert np.array_equal(auto.points, direct.points)
+    assert auto_spends == direct_spends
+    assert auto.description["selected_by"]["chosen"] == name
+    assert {k: v for k, v in auto.description.items() if k != "selected_by"} == direct.description
+    assert auto.w1_bound == direct.w1_bound and auto.guarantee == direct.guarantee
