@@ -252,8 +252,8 @@ STAGES = (
     ("noisy count", "dpsynth_cli.synth", "noisy_count"),
     (
         "mechanism (--mechanism auto: counts, tree, consistency, placement; no noise draws)",
-        "dpsynth_cli.mechanisms.select",
-        "run",
+        "dpsynth_cli.synth",
+        "MECHANISMS.auto",  # the registry entry `synthesize` calls
     ),
     ("noise draws (discrete Laplace)", "dpsynth_cli.privacy.noise", "discrete_laplace_mixed"),
     ("noise draws (discrete Laplace)", "dpsynth_cli.privacy.noise", "discrete_laplace"),
@@ -305,7 +305,9 @@ def stages(path: str) -> dict[str, float]:
         *path_to, name = attr.split(".")
         for part in path_to:
             owner = getattr(owner, part, None)
-        if owner is not None and callable(getattr(owner, name, None)):
+        if isinstance(owner, dict) and callable(owner.get(name)):
+            owner[name] = timed(label, owner[name])
+        elif owner is not None and callable(getattr(owner, name, None)):
             setattr(owner, name, timed(label, getattr(owner, name)))
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     argv = ["dpsynth", "synth", path, "--eps", EPS]

@@ -38,8 +38,9 @@ post-processing randomness):
    slopes are central differences of the neighbouring leaf counts (a MUSCL-style piecewise
    linear reconstruction, clipped to keep the density non-negative), and the cell's points are
    a low-discrepancy set (exactly stratified for d = 1; a randomly shifted Kronecker sequence
-   with the generalised golden ratio for d >= 2) pushed through the per-axis inverse CDFs.
-   `rows` resamples the leaf counts multinomially first. Output rows are shuffled.
+   with the generalised golden ratio for d >= 2) pushed through the per-axis inverse CDFs
+   (`placement.py`, shared with privtree). `rows` resamples the leaf counts multinomially
+   first. Output rows are shuffled.
 
 Accuracy. No a-priori bound. The PMM's Theorem 3.9 ((2 sqrt 2 / n) sum_j sigma_j Delta_{j-1}
 + delta) rests on Algorithm 3's split being comparable with the noisy counts (Lemma 3.16), so

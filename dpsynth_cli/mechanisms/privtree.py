@@ -82,7 +82,7 @@ eps 0.1-2, d = 1-3) against the uniform grid (k = round((eps n)^(1/(d+1))) per a
 true n) and the PMM: geometric-mean ratio to the better peer 0.61 over 104 cells, <= 0.8 in 72;
 0.3-0.6 on clustered, skewed and real tables; 0.85-1.4 on a smooth ring+blob, where an adaptive
 structure has nothing to find and costs its epsilon share. The linear in-leaf density (instead of
-stratified uniform points) lowered mean W1 by 0-25% (geometric mean 9%) on 24 cells of the
+stratified uniform points) lowered mean W1 by 2-27% (geometric mean 9%) on 24 cells of the
 benchmark tables at n = 2000, most on smooth ones; no cell got worse.
 """
 
