@@ -423,7 +423,10 @@ def render(res: dict[str, Any]) -> str:
     ok = "met" if s["best"] < TARGET_SECONDS else "MISSED"
     r_best, r_med = s["best"] / b["best"], s["median"] / b["median"]
     rl_best, rl_med = s["best"] / lean["best"], s["median"] / lean["median"]
-    depth = f"the default `--mechanism auto` chose {st['mechanism']}"
+    depth = (
+        f"the default `--mechanism auto` chose {st['mechanism']} "
+        f"({int(st['leaves']):,} leaf cells, median over the stage runs)"
+    )
     lines = [
         f"Measured {DATE} on {res['machine']};",
         f"load average before the run {res['load']}.",

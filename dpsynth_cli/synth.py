@@ -2,9 +2,8 @@
 
 Flow: choose columns and public bounds -> (DP bounds for undeclared columns) -> rescale to
 [0,1]^d -> noisy count -> mechanism (`auto`: chosen from public quantities) -> back to original
-units. Every step that reads the rows spends
-budget through the ledger; everything in the report is built from the ledger's released values
-and public parameters (see `report.build_report`).
+units. Every step that reads the rows spends budget through the ledger; everything in the report
+is built from the ledger's released values and public parameters (see `report.build_report`).
 """
 
 from __future__ import annotations

@@ -5,8 +5,10 @@ the noisy row count (released, with its spend, by `count.noisy_count`), never th
 post-processing and costs nothing; the chosen mechanism then spends the whole mechanism epsilon
 and carries its own guarantee (see its module). The rule is what `make bench-accuracy` measured
 (docs/benchmarks.md, "Accuracy"): PRIVTREE_FROM[d] is the eps * noisy_rows / sensitivity from
-which privtree's adaptive tree beat the hierarchy of nested grids on the benchmark tables (mean
-W1 ratio to the best peer, geometric mean over tables and runs); below it the hierarchy won.
+which privtree's adaptive tree replaces the hierarchy of nested grids, the threshold that met the
+0.8x-the-best-peer target in the most benchmark cells and, among those, had the best geometric
+mean of the ratios. Small eps * n favours the grids (too little signal to adapt a tree to), and
+d = 1 the grids everywhere (their least squares and pruning already find 1-D clusters).
 """
 
 from __future__ import annotations
