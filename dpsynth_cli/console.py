@@ -94,5 +94,8 @@ def _describe_w1(w1: dict[str, Any]) -> str:
         return f"{_fmt(w1['exact'])} (exact)"
     parts = [f"between {_fmt(w1['lower'])} and {_fmt(w1['upper'])} (certified bounds)"]
     if "subsample" in w1:
-        parts.append(f"subsample estimate {_fmt(w1['subsample'].get('mean'))}")
+        sub = w1["subsample"]
+        floor = sub.get("floor", {}).get("mean")
+        tail = f" (real vs real at that size: {_fmt(floor)})" if floor is not None else ""
+        parts.append(f"subsample estimate {_fmt(sub.get('mean'))}{tail}")
     return "; ".join(parts)

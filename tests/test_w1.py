@@ -22,6 +22,7 @@ from dpsynth_cli.evaluate.w1 import (
     w1_exact,
     w1_lower_bound,
     w1_subsample_estimate,
+    w1_subsample_floor,
     w1_summary,
     w1_upper_bound,
 )
@@ -346,7 +347,22 @@ def test_summary_exact_and_bracket_branches():
         "lower": "lower_bound",
         "upper": "upper_bound",
         "subsample": "subsample_estimate",
+        "subsample.floor": "subsample_floor",
     }
+    assert big["subsample"]["floor"]["mean"] > 0
     assert big["lower"] <= exact["exact"] + TOL <= big["upper"] + 2 * TOL
     assert big["subsample"]["kind"] == "subsample_estimate" and big["subsample"]["std"] >= 0
     assert (big["n"], big["m"], big["d"]) == (300, 200, 2)
+
+
+def test_subsample_floor_matches_a_second_sample_of_the_same_table():
+    rng = np.random.default_rng(11)
+    X, Y = rng.random((4000, 2)), rng.random((4000, 2))  # same distribution
+    floor, floor_std = w1_subsample_floor(X, 500, 6, np.random.default_rng(1))
+    est, est_std = w1_subsample_estimate(X, Y, 500, 6, np.random.default_rng(1))
+    assert floor > 0 and abs(est - floor) < 3 * (floor_std + est_std)
+    shifted, _ = w1_subsample_estimate(X, Y + 0.1, 500, 6, np.random.default_rng(1))
+    assert shifted > floor + 0.05  # a real difference stands out above the floor
+    again = w1_subsample_floor(X, 500, 6, np.random.default_rng(1))
+    assert again == (floor, floor_std)
+    assert w1_subsample_floor(X[:3], 500, 2, np.random.default_rng(1))[0] >= 0  # size 1

@@ -56,6 +56,7 @@ def w1_record(X: np.ndarray, Y: np.ndarray, seed: int) -> dict:
         "w1_upper": s["upper"],
         "w1_subsample_std": s["subsample"]["std"],
         "w1_subsample_size": s["subsample"]["size"],
+        "w1_subsample_floor": s["subsample"]["floor"]["mean"],
     }
 
 
