@@ -330,7 +330,7 @@ def stages(path: str) -> dict[str, float]:
     report = json.loads((OUT_DIR / "stages.parquet.report.json").read_text(encoding="utf-8"))
     described = report.get("mechanism", {})
     t["mechanism"] = described.get("name", "?")
-    t["leaves"] = described.get("leaf_cells", described.get("leaves", -1))
+    t["leaves"] = described.get("leaf_cells", -1)
     return t
 
 

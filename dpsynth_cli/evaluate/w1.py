@@ -237,6 +237,7 @@ def w1_summary(
     *,
     subsample_size: int = 2000,
     subsample_repeats: int = 5,
+    floor: bool = True,
 ) -> dict:
     """W1 (L-inf) report: exact when n*m <= `exact_max_pairs`, else a certified bracket plus a
     subsample estimate.
@@ -245,7 +246,9 @@ def w1_summary(
     "lower": float, "upper": float, "subsample": {"kind", "mean", "std", "size", "repeats"}.
     "kinds" labels every number: "exact", "lower_bound", "upper_bound" or
     "subsample_estimate". `rng=None` uses the project's fixed analysis generator, so reports
-    are reproducible; the subsample draws are not privacy-relevant randomness.
+    are reproducible; the subsample draws are not privacy-relevant randomness. `floor=False`
+    skips the estimate's floor (`w1_subsample_floor` of X), for callers comparing many Y with
+    one X that compute it once themselves.
     """
     X, Y = as_pair(X, Y)
     n, m, d = X.shape[0], Y.shape[0], X.shape[1]
@@ -258,7 +261,6 @@ def w1_summary(
     out["lower"] = w1_lower_bound(X, Y)
     out["upper"] = w1_upper_bound(X, Y)
     mean, std = w1_subsample_estimate(X, Y, subsample_size, subsample_repeats, rng)
-    floor_mean, floor_std = w1_subsample_floor(X, subsample_size, subsample_repeats, rng)
     out["subsample"] = {
         "kind": "subsample_estimate",
         "mean": mean,
@@ -266,18 +268,17 @@ def w1_summary(
         "size": subsample_size,
         "repeats": subsample_repeats,
         "note": "biased upward (E[estimate] >= W1); an estimate, not a bound",
-        "floor": {
+    }
+    kinds = {"lower": "lower_bound", "upper": "upper_bound", "subsample": "subsample_estimate"}
+    if floor:
+        floor_mean, floor_std = w1_subsample_floor(X, subsample_size, subsample_repeats, rng)
+        out["subsample"]["floor"] = {
             "kind": "subsample_floor",
             "mean": floor_mean,
             "std": floor_std,
             "note": "W1 between two disjoint subsamples of the same size of the first table: "
             "estimates near it cannot be told apart at this size",
-        },
-    }
-    out["kinds"] = {
-        "lower": "lower_bound",
-        "upper": "upper_bound",
-        "subsample": "subsample_estimate",
-        "subsample.floor": "subsample_floor",
-    }
+        }
+        kinds["subsample.floor"] = "subsample_floor"
+    out["kinds"] = kinds
     return out
