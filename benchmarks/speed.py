@@ -246,7 +246,7 @@ def commands(data: Path) -> dict[str, list[str]]:
 # exclusive: a wrapped call inside another wrapped call is charged to itself, not to the outer one
 # (the mechanism's noise draws are their own row; the noisy count's draw is in "noise draws").
 STAGES = (
-    ("reading (io.read_table)", "dpsynth_cli.io", "read_table"),
+    ("reading (io.read_input)", "dpsynth_cli.io", "read_input"),
     ("value_matrix (Arrow -> numpy)", "dpsynth_cli.synth", "value_matrix"),
     ("to_unit", "dpsynth_cli.domain", "Domain.to_unit"),
     ("noisy count", "dpsynth_cli.synth", "noisy_count"),

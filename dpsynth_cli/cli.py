@@ -20,6 +20,7 @@ from dpsynth_cli.domain import (
     ColumnSpec,
     load_schema,
     parse_bounds_flag,
+    parse_names,
     requested_columns,
     resolve_columns,
 )
@@ -83,7 +84,9 @@ def synth(
     input_format: opt.InputFormat = None,
     output_format: opt.OutputFormat = None,
     columns: opt.Columns = None,
+    no_header: opt.NoHeader = False,
     bounds: opt.Bounds = None,
+    integer: opt.Integer = None,
     schema: opt.Schema = None,
     bounds_eps: opt.BoundsEps = None,
     neighboring: opt.Neighboring = "add-remove",
@@ -100,25 +103,45 @@ def synth(
     options = SynthOptions(eps, bounds_eps, neighboring, mechanism, rows, diagnostics is not None)
     schema_specs = load_schema(schema) if schema else None
     declared = {name: (lo, hi) for name, lo, hi in map(parse_bounds_flag, bounds or [])}
-    names = requested_columns(columns, schema_specs)
+    integers = parse_names(integer, "--integer")
+    names, columns_from = requested_columns(columns, schema_specs, [*declared, *integers])
     in_fmt = io.detect_format(input, input_format)
     out_fmt = io.detect_format(output, output_format)
     report_file = report_path or (None if output == "-" else output + ".report.json")
     if dry_run:
         io.write_text_stdout(report.dumps(_dry_run_plan(options, names, schema_specs, declared)))
         return
+    if seed is not None:
+        feedback.warning(f"--seed given: {report.NOT_FOR_RELEASE}")
     with feedback.step("reading input"):
-        table = io.read_table(input, in_fmt, names)
-    specs = resolve_columns(table.schema, names, schema_specs, declared, input)
+        read = io.read_input(input, in_fmt, names, header=not no_header)
+    table = read.table
+    choice = resolve_columns(
+        table.schema,
+        names,
+        schema_specs,
+        declared,
+        typed=in_fmt == "parquet",
+        integers=integers,
+        columns_from=columns_from,
+        all_columns=read.all_columns,
+    )
+    implicit = columns_from not in ("--columns", "schema")  # nothing to tell who named them all
+    for why, left in _grouped(choice.left_out if implicit else {}).items():
+        feedback.notice(
+            f"{_plural(len(left), 'column')} left out ({why}): {', '.join(left)}; "
+            "--columns chooses columns"
+        )
     source = RandomSource.seeded(seed) if seed is not None else RandomSource.secure()
     with feedback.step("synthesising"):
-        result = synthesize(table, specs, options, source)
+        result = synthesize(table, choice.specs, options, source)
     for notice in result.notices:
         feedback.notice(notice)
     public = report.build_report(
         command=["dpsynth", *sys.argv[1:]],
         seeded=seed is not None,
         budget=result.budget.to_json(),
+        columns=choice,
         domain=result.domain,
         ledger=result.ledger,
         run=result.run,
@@ -126,8 +149,11 @@ def synth(
         output_rows=result.table.num_rows,
         output={"path": output, "format": out_fmt},
     )
+    table_out = result.table
+    if seed is not None:  # Parquet carries the mark in the file itself (CSV cannot)
+        table_out = table_out.replace_schema_metadata({"dpsynth.release": report.NOT_FOR_RELEASE})
     io.write_outputs(
-        result.table,
+        table_out,
         output,
         out_fmt,
         input_path=input,
@@ -138,6 +164,18 @@ def synth(
         },
     )
     feedback.summary(public, output, report_file)
+
+
+def _grouped(reasons: dict[str, str]) -> dict[str, list[str]]:
+    """{column: reason} as {reason: [columns]}, for one notice per reason."""
+    groups: dict[str, list[str]] = {}
+    for name, why in reasons.items():
+        groups.setdefault(why, []).append(f"'{name}'")
+    return groups
+
+
+def _plural(k: int, word: str) -> str:
+    return f"{k} {word}" + ("" if k == 1 else "s")
 
 
 def _dry_run_plan(
@@ -156,14 +194,15 @@ def _dry_run_plan(
     budget = plan_budget(options, specs).to_json()
     if names is None:
         budget["note"] = (
-            "columns are every numeric column of the input; those without declared bounds get a "
-            "DP bounds estimate from --bounds-eps (default 10% of --eps)"
+            "columns are every column of a CSV header (parsed as numbers) or every numeric "
+            "column a Parquet file declares; those without declared bounds get a DP bounds "
+            "estimate from --bounds-eps (default 10% of --eps)"
         )
     return {
         "dry_run": True,
         "mechanism": options.mechanism,
         "neighbouring_relation": options.relation,
-        "columns": names or "every numeric column of the input",
+        "columns": names or "every column of a CSV header, or every numeric Parquet column",
         "budget_plan": budget,
         "plan_rule": PLAN_RULES[options.mechanism],
         "noise": "discrete Laplace, exact rational scales",
@@ -245,12 +284,15 @@ def evaluate(
         names = [s.name for s in specs]
     else:
         schema_specs = load_schema(schema) if schema else None
-        names = requested_columns(columns, schema_specs)
+        names, _ = requested_columns(columns, schema_specs, list(declared))
     with feedback.step("reading tables"):
         tables = [io.read_table(p, io.detect_format(p, None), names) for p in (real, synthetic)]
     if not from_report:
-        specs = resolve_columns(tables[0].schema, names, schema_specs, declared, real)
-        specs = compare.fill_bounds_from_data(specs, *tables)
+        typed = io.detect_format(real, None) == "parquet"
+        if names is None and not typed:  # evaluate is not private: it may look at the values
+            names = compare.columns_with_numbers(tables[0])
+        choice = resolve_columns(tables[0].schema, names, schema_specs, declared, typed=typed)
+        specs = compare.fill_bounds_from_data(choice.specs, *tables)
         names = [s.name for s in specs]
         tables[1] = io.read_table(synthetic, io.detect_format(synthetic, None), names)
     with feedback.step("computing W1"):

@@ -32,7 +32,15 @@ class Feedback:
 
     def notice(self, text: str) -> None:
         if not self.quiet:
-            self.console.print(f"dpsynth: note: {text}", markup=False, highlight=False)
+            self.console.print(
+                f"dpsynth: note: {text}", markup=False, highlight=False, soft_wrap=True
+            )
+
+    def warning(self, text: str) -> None:
+        """Shown even with --quiet and when stderr is not a terminal (e.g. NOT FOR RELEASE)."""
+        self.console.print(
+            f"dpsynth: warning: {text}", markup=False, highlight=False, soft_wrap=True
+        )
 
     def summary(self, report: dict[str, Any], output: str, report_path: str | None) -> None:
         if not self.interactive:

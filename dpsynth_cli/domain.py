@@ -1,18 +1,25 @@
 """Columns, public bounds and the map between a table and the unit cube [0,1]^d.
 
-Bounds are public facts the user declares (`--bounds col=lo:hi`, `--schema`), or the output of
-a DP estimate (`mechanisms.bounds`); never the data's own min or max, which would leak the most
-extreme rows. Values outside the bounds (including +-inf) are clamped onto them; rows with a
-missing value in a chosen column are dropped (how many is never reported: it is private).
+The domain is declared, never read from values. Which columns, which types and which bounds come
+from the user's flags and schema file, or from the input file's own structure (a CSV header's
+names, a Parquet file's declared column types): one row added to the table cannot change them.
+Bounds are public facts the user declares (`--bounds col=lo:hi`, `--schema`), or the output of a
+DP estimate (`mechanisms.bounds`); never the data's own min or max, which would leak the most
+extreme rows. Each cell is parsed with its column's declared type: a cell that is not a number
+(text, an empty field, NA, NaN) is missing, and rows with a missing value in a chosen column are
+dropped (how many is never reported: it is private). Values outside the bounds (including +-inf
+and numbers beyond the int64 or float range) are clamped onto them.
 
 Schema file (JSON), every key but "columns" optional:
 
     {"columns": {"age":    {"type": "integer", "lower": 0, "upper": 120},
                  "income": {"type": "float",   "lower": 0, "upper": 500000}}}
 
-"type" is "integer" or "float" (default: the file's column type); a column listed without bounds
-gets a DP bounds estimate. When neither --columns nor a schema names columns, every numeric
-column of the input is used.
+"type" is "integer" or "float"; without it a Parquet column's declared type decides, and a CSV
+column (whose text declares no type) is "float" unless `--integer` names it. A column listed
+without bounds gets a DP bounds estimate. The chosen columns are those of --columns, else the
+schema's, else those that --bounds and --integer name, else every column of a CSV header or
+every numeric column a Parquet file declares.
 """
 
 from __future__ import annotations
@@ -24,8 +31,9 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from dpsynth_cli.errors import DataError, UsageError
+from dpsynth_cli.errors import UsageError
 
 KINDS = ("integer", "float")
 
@@ -39,6 +47,7 @@ class ColumnSpec:
     lower: float | None = None
     upper: float | None = None
     source: str = "declared"
+    kind_source: str = "schema"
 
     @property
     def has_bounds(self) -> bool:
@@ -47,6 +56,7 @@ class ColumnSpec:
     def to_json(self) -> dict:
         return {
             "type": self.kind,
+            "type_source": self.kind_source,
             "lower": self.lower,
             "upper": self.upper,
             "bounds_source": self.source,
@@ -107,8 +117,16 @@ def _schema_column(path: str, name: str, spec: object) -> ColumnSpec:
     return ColumnSpec(name, kind, lower, upper)
 
 
+# A number as `value_matrix` reads it from text (surrounding white space is trimmed first). Every
+# string this matches, Arrow's string -> float64 cast accepts, so parsing never fails on a cell.
+NUMBER_PATTERN = (
+    r"^[+-]?(([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?"
+    r"|[iI][nN][fF]([iI][nN][iI][tT][yY])?|[nN][aA][nN])$"
+)
+
+
 def arrow_kind(dtype: pa.DataType) -> str | None:
-    """'integer', 'float', or None for a non-numeric Arrow type."""
+    """The kind a file's declared column type implies: 'integer', 'float', or None (not numeric)."""
     if pa.types.is_integer(dtype) or pa.types.is_boolean(dtype):
         return "integer"
     if pa.types.is_floating(dtype) or pa.types.is_decimal(dtype):
@@ -116,18 +134,51 @@ def arrow_kind(dtype: pa.DataType) -> str | None:
     return None
 
 
+def is_text(dtype: pa.DataType) -> bool:
+    return pa.types.is_string(dtype) or pa.types.is_large_string(dtype)
+
+
 def requested_columns(
-    columns_flag: str | None, schema: dict[str, ColumnSpec] | None
-) -> list[str] | None:
-    """Column names the user asked for (--columns wins over the schema); None means all numeric."""
+    columns_flag: str | None,
+    schema: dict[str, ColumnSpec] | None,
+    flagged: list[str] | None = None,
+) -> tuple[list[str] | None, str]:
+    """The columns the user declared, and by what: --columns, else the schema's columns, else
+    the columns that --bounds / --integer name (`flagged`, in order); None: the file decides."""
     if columns_flag is not None:
-        names = [c.strip() for c in columns_flag.split(",") if c.strip()]
+        names = parse_names(columns_flag, "--columns")
         if not names:
             raise UsageError("--columns: give at least one column name, e.g. --columns age,income")
-        if len(set(names)) != len(names):
-            raise UsageError("--columns: a column is named twice")
-        return names
-    return list(schema) if schema else None
+        return names, "--columns"
+    if schema:
+        return list(schema), "schema"
+    if flagged:
+        return list(dict.fromkeys(flagged)), "--bounds/--integer"
+    return None, ""
+
+
+def parse_names(text: str | None, flag: str) -> list[str]:
+    """A comma-separated list of column names from a flag; a name given twice is an error."""
+    names = [c.strip() for c in (text or "").split(",") if c.strip()]
+    if len(set(names)) != len(names):
+        raise UsageError(f"{flag}: a column is named twice")
+    return names
+
+
+@dataclass(frozen=True)
+class ColumnChoice:
+    """The chosen columns and, for the report, where they came from and what was left out."""
+
+    specs: list[ColumnSpec]
+    columns_from: str
+    left_out: dict[str, str]
+
+    def to_json(self) -> dict:
+        return {
+            "columns_from": self.columns_from,
+            "types_from": {s.name: s.kind_source for s in self.specs},
+            "left_out": self.left_out,
+        }
 
 
 def resolve_columns(
@@ -135,38 +186,90 @@ def resolve_columns(
     names: list[str] | None,
     schema: dict[str, ColumnSpec] | None,
     bounds: dict[str, tuple[float, float]],
-    source: str,
-) -> list[ColumnSpec]:
-    """Column specs with kind and declared bounds (flags override the schema file)."""
+    *,
+    typed: bool,
+    integers: list[str] | None = None,
+    columns_from: str = "",
+    all_columns: list[str] | None = None,
+) -> ColumnChoice:
+    """Column specs from declarations only: flags, schema file, and the file's structure.
+
+    `typed` says whether the file declares column types (Parquet) or not (CSV, all text). The
+    column set is `names` when given; else every CSV column, or every Parquet column of a
+    numeric type (the others are left out, with the reason). A column's kind is the schema's
+    type, else `--integer`, else the Parquet type, else float. A declared type the tool cannot
+    read as a number (a timestamp, a list) is a usage error: it is structure, not data.
+    `all_columns` (the file's, when only some were read) lists what the user left out.
+    """
+    left_out: dict[str, str] = {}
     if names is None:
-        names = [f.name for f in table_schema if arrow_kind(f.type) is not None]
+        names = []
+        for f in table_schema:
+            if not typed or arrow_kind(f.type) is not None:
+                names.append(f.name)
+            else:
+                left_out[f.name] = f"type {f.type} in the file's schema is not numeric"
+        columns_from = "every numeric column of the Parquet schema" if typed else "CSV header"
         if not names:
-            raise DataError(f"{source}: no numeric columns (choose columns with --columns)")
-    for name in bounds:
-        if name not in names:
-            raise UsageError(f"--bounds: column '{name}' is not among the chosen columns")
+            raise UsageError("the input declares no numeric column: choose columns with --columns")
+    else:
+        every = all_columns or table_schema.names
+        left_out = {n: f"not named by {columns_from}" for n in every if n not in names}
+    for flag, given in (("--bounds", bounds), ("--integer", integers or [])):
+        for name in given:
+            if name not in names:
+                raise UsageError(f"{flag}: column '{name}' is not among the chosen columns")
     specs = []
     for name in names:
-        kind = arrow_kind(table_schema.field(name).type)
-        if kind is None:
-            raise DataError(
-                f"{source}: column '{name}' is not numeric; "
-                "only numeric columns are supported for now"
+        dtype = table_schema.field(name).type
+        file_kind = arrow_kind(dtype) if typed else None
+        if file_kind is None and not is_text(dtype):
+            raise UsageError(
+                f"column '{name}' has type {dtype} in the input's schema: only numeric columns "
+                "(or text holding numbers) can be synthesised for now"
             )
-        spec = (schema or {}).get(name) or ColumnSpec(name, kind)
-        spec = replace(spec, kind=spec.kind or kind)
+        declared = (schema or {}).get(name)
+        if declared and declared.kind:
+            kind, kind_source = declared.kind, "schema"
+        elif name in (integers or []):
+            kind, kind_source = "integer", "--integer"
+        elif file_kind:
+            kind, kind_source = file_kind, "Parquet schema"
+        else:
+            kind, kind_source = "float", "default (float)"
+        spec = replace(declared or ColumnSpec(name, kind), kind=kind, kind_source=kind_source)
         if name in bounds:
             spec = replace(spec, lower=bounds[name][0], upper=bounds[name][1], source="declared")
         specs.append(spec)
-    return specs
+    return ColumnChoice(specs, columns_from, left_out)
+
+
+def column_values(column: pa.ChunkedArray) -> np.ndarray:
+    """One column as float64, missing cells as NaN; each cell is read on its own.
+
+    Text is parsed as a number (NUMBER_PATTERN after trimming white space); anything else in it
+    is missing. Numbers of any width (uint64 beyond int64, decimals) become the nearest double;
+    booleans become 0 and 1. No cell can make the parse of another cell, or of the column, fail.
+    """
+    dtype = column.type
+    if pa.types.is_dictionary(dtype):
+        column = column.cast(dtype.value_type)
+        dtype = column.type
+    if is_text(dtype):
+        text = pc.utf8_trim_whitespace(column)
+        number = pc.match_substring_regex(text, NUMBER_PATTERN)
+        column = pc.if_else(number, text, pa.scalar(None, dtype))
+    column = column.cast(pa.float64(), safe=False)
+    return column.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
 
 
 def value_matrix(table: pa.Table, specs: list[ColumnSpec]) -> np.ndarray:
     """The chosen columns as float64 (n, d), rows with any missing value (null or NaN) dropped."""
-    cols = [table.column(s.name).to_numpy(zero_copy_only=False).astype(np.float64) for s in specs]
-    if not cols:
+    if not specs:
         return np.empty((0, 0))
-    values = np.column_stack(cols) if cols[0].size else np.empty((0, len(cols)))
+    values = np.empty((table.num_rows, len(specs)))
+    for j, s in enumerate(specs):
+        values[:, j] = column_values(table.column(s.name))
     return values[~np.isnan(values).any(axis=1)]
 
 

@@ -3,10 +3,15 @@
 Error messages name the file, line or column and never contain a data value: pyarrow's own
 messages often quote row content, so they are never passed through.
 
-CSV reading is strict. Before pyarrow parses the bytes, a vectorised (numpy) scan of the raw bytes
-finds record boundaries with pyarrow's own quoting rules and checks every record's field count,
-unterminated quotes and UTF-8 validity, so each problem is reported with its physical line number
-(1-based, the header is line 1) instead of being skipped or filled with nulls.
+CSV reading is strict about *structure*. Before pyarrow parses the bytes, a vectorised (numpy) scan
+of the raw bytes finds record boundaries with pyarrow's own quoting rules and checks every record's
+field count, unterminated quotes and UTF-8 validity, so each problem is reported with its physical
+line number (1-based, the header is line 1) instead of being skipped or filled with nulls.
+
+CSV *values* are never used to guess types: every CSV column is read as text, and
+`domain.value_matrix` parses it with the column's declared type, one cell at a time. A type guessed
+from the values would be a function of every row, so one row could change the released file's
+schema (docs/privacy.md, "The domain is declared").
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import contextlib
 import errno
 import gzip
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -37,6 +43,8 @@ __all__ = [
     "atomic_output",
     "atomic_write_bytes",
     "detect_format",
+    "InputTable",
+    "read_input",
     "read_table",
     "write_outputs",
     "write_table",
@@ -53,6 +61,8 @@ _COMPRESSION = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
 _BOM = b"\xef\xbb\xbf"
 _COMMA, _LF, _CR, _QUOTE = 44, 10, 13, 34
 _UTF8_CHUNK = 1 << 24
+# What a header name that is really a number looks like (a headerless file's first row).
+_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 
 class OutputClosed(Exception):
@@ -93,19 +103,36 @@ def detect_format(path: str, override: str | None, *, flag: str | None = None) -
 # --------------------------------------------------------------------------- reading
 
 
-def read_table(path: str, fmt: str, columns: list[str] | None) -> pa.Table:
+@dataclass(frozen=True)
+class InputTable:
+    """The columns read, and every column name the file has (for the report's left-out list)."""
+
+    table: pa.Table
+    all_columns: list[str]
+
+
+def read_table(path: str, fmt: str, columns: list[str] | None, *, header: bool = True) -> pa.Table:
+    """`read_input`'s table alone."""
+    return read_input(path, fmt, columns, header=header).table
+
+
+def read_input(
+    path: str, fmt: str, columns: list[str] | None, *, header: bool = True
+) -> InputTable:
     """Read `path` ("-" = stdin) as `fmt`, only `columns` if given (in that order).
 
-    Numeric columns come back as int64 / float64. Empty fields are nulls; in numeric CSV columns
-    so are pyarrow's usual markers (NA, NaN, null, N/A, ...), while text columns keep them as
-    text. Blank lines are skipped. A header-only CSV gives a table with 0 rows. Raises DataError
-    for unreadable or malformed input (CSV problems with their line number) and UsageError for a
-    requested column that is not in the file.
+    CSV columns come back as text (empty fields are nulls; nothing is converted), Parquet columns
+    with the types the file declares. Blank lines are skipped. A header-only CSV gives a table with
+    0 rows. `header=False` reads a CSV without a header line: `columns` then names every field in
+    order. Raises DataError for unreadable or malformed input (CSV problems with their line number)
+    and UsageError for a requested column that is not in the file.
     """
     if fmt not in FORMATS:
         raise UsageError(f"unknown format '{fmt}' (expected csv or parquet)")
     if columns is not None and not columns:
         raise UsageError("no columns requested")
+    if not header and (fmt != "csv" or columns is None):
+        raise UsageError("--no-header is for CSV input and needs --columns naming every field")
     if path == STDIO:
         raw: bytes | None = _read_stdin()
         name = STDIN_NAME
@@ -116,7 +143,7 @@ def read_table(path: str, fmt: str, columns: list[str] | None) -> pa.Table:
         raw = _read_file_bytes(path) if fmt == "csv" or not regular else None
     if fmt == "csv":
         assert raw is not None
-        return _read_csv(raw, name, columns)
+        return _read_csv(raw, name, columns, header)
     return _read_parquet(raw if raw is not None else path, name, columns)
 
 
@@ -174,35 +201,50 @@ def _reason(exc: OSError) -> str:
 
 @dataclass(frozen=True)
 class _CsvLayout:
-    header: tuple[int, int]  # byte range of the header record
+    header: tuple[int, int]  # byte range of the header record (the first non-blank one)
+    fields: int  # fields per record
     data_records: int  # non-blank records after the header
     quoted_newlines: bool  # some quoted field spans lines
 
 
-def _read_csv(raw: bytes, name: str, columns: list[str] | None) -> pa.Table:
+def _read_csv(raw: bytes, name: str, columns: list[str] | None, header: bool) -> InputTable:
     if raw.startswith(_BOM):
         raw = raw[len(_BOM) :]
     if not raw:
         raise DataError(f"input {name} is empty (0 bytes)")
     layout = _scan_csv(raw, name)
-    header = _header_names(raw, layout, name)
-    wanted = header if columns is None else list(columns)
-    _check_columns(wanted, header, name)
-    if layout.data_records == 0 and raw[-1:] not in (b"\n", b"\r"):
-        raw += b"\n"  # pyarrow needs the header line terminated to read a header-only file
+    if header:
+        names = _header_names(raw, layout, name)
+        wanted = names if columns is None else list(columns)
+        _check_columns(wanted, names, name)
+        if layout.data_records == 0 and raw[-1:] not in (b"\n", b"\r"):
+            raw += b"\n"  # pyarrow needs the header line terminated to read a header-only file
+    else:
+        assert columns is not None
+        names = wanted = list(columns)
+        if len(set(names)) != len(names):
+            raise UsageError("--columns: a column is named twice")
+        if len(names) != layout.fields:
+            raise UsageError(
+                f"--no-header: {name} has {layout.fields} fields per line, but --columns names "
+                f"{len(names)}; name every field in order"
+            )
     try:
         table = pacsv.read_csv(
             pa.py_buffer(raw),
-            read_options=pacsv.ReadOptions(use_threads=True, block_size=1 << 22),
+            read_options=pacsv.ReadOptions(
+                use_threads=True, block_size=1 << 22, column_names=None if header else names
+            ),
             parse_options=pacsv.ParseOptions(newlines_in_values=layout.quoted_newlines),
             convert_options=pacsv.ConvertOptions(
-                include_columns=None if columns is None else wanted,
+                include_columns=wanted,
+                column_types={c: pa.string() for c in wanted},
                 strings_can_be_null=False,
             ),
         )
     except pa.ArrowException:  # the scan should have caught it; pyarrow's text may hold data
         raise DataError(f"cannot parse {name} as CSV") from None
-    return _empty_strings_to_null(table)
+    return InputTable(_empty_strings_to_null(table), names)
 
 
 def _check_columns(wanted: list[str], available: list[str], name: str) -> None:
@@ -225,6 +267,10 @@ def _names_list(names: list[str], limit: int = 30) -> str:
 
 
 def _header_names(raw: bytes, layout: _CsvLayout, name: str) -> list[str]:
+    """The header's names; a header of numbers only is the first data row of a headerless file.
+
+    Refusing it keeps a data row out of the output's header, the notes and the report.
+    """
     start, end = layout.header
     try:
         head = pacsv.read_csv(
@@ -234,7 +280,13 @@ def _header_names(raw: bytes, layout: _CsvLayout, name: str) -> list[str]:
         )
     except pa.ArrowException:
         raise DataError(f"cannot parse the header line of {name}") from None
-    return head.column_names
+    names = head.column_names
+    if all(_NUMBER.fullmatch(n.strip()) for n in names):
+        raise DataError(
+            f"{name}: the first line holds numbers, not column names: add a header line, or read "
+            "the file with --no-header --columns NAME,NAME,... naming every field"
+        )
+    return names
 
 
 def _empty_strings_to_null(table: pa.Table) -> pa.Table:
@@ -324,6 +376,7 @@ def _scan_csv(raw: bytes, name: str) -> _CsvLayout:
         raise DataError(f"{name}: line {line}: {what}")
     return _CsvLayout(
         header=(int(rec_start[header]), int(rec_end[header])),
+        fields=ncols,
         data_records=int(nrec - header - 1 - np.count_nonzero(blank[header + 1 :])),
         quoted_newlines=quoted_newlines,
     )
@@ -411,7 +464,7 @@ def _inside(pos: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray
 # --------------------------------------------------------------------------- Parquet
 
 
-def _read_parquet(source: str | bytes, name: str, columns: list[str] | None) -> pa.Table:
+def _read_parquet(source: str | bytes, name: str, columns: list[str] | None) -> InputTable:
     if isinstance(source, str):
         where: str | pa.BufferReader = source
     else:
@@ -431,27 +484,7 @@ def _read_parquet(source: str | bytes, name: str, columns: list[str] | None) -> 
             table = pfile.read(columns=columns and list(columns), use_threads=True)
         except (OSError, pa.ArrowException):
             raise DataError(f"cannot read {name}: corrupt or unsupported Parquet data") from None
-    return _widen_numeric(table)
-
-
-def _widen_numeric(table: pa.Table) -> pa.Table:
-    """Integer columns become int64 (float64 if they do not fit), floating columns float64."""
-    for i, field in enumerate(table.schema):
-        t = field.type
-        target = None
-        if pa.types.is_integer(t) and t != pa.int64():
-            target = pa.int64()
-        elif pa.types.is_floating(t) and t != pa.float64():
-            target = pa.float64()
-        if target is None:
-            continue
-        col = table.column(i)
-        try:
-            new = col.cast(target)
-        except pa.ArrowInvalid:  # uint64 beyond int64: nearest double, like a CSV reader does
-            new = col.cast(pa.float64(), safe=False)
-        table = table.set_column(i, field.with_type(new.type), new)
-    return table
+    return InputTable(table, available)
 
 
 # --------------------------------------------------------------------------- writing

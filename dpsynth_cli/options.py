@@ -53,7 +53,25 @@ Columns = Annotated[
         "--columns",
         metavar="COL,COL",
         help="Comma-separated columns to use, e.g. --columns age,income "
-        "(default: the schema's columns, else every numeric column).",
+        "(default: the schema's columns, else every column of a CSV header, or every numeric "
+        "column a Parquet file declares).",
+    ),
+]
+NoHeader = Annotated[
+    bool,
+    _opt(
+        "--no-header",
+        help="The CSV has no header line: --columns names every field in order, e.g. "
+        "--no-header --columns age,income.",
+    ),
+]
+Integer = Annotated[
+    str | None,
+    _opt(
+        "--integer",
+        metavar="COL,COL",
+        help="Columns written back as whole numbers, e.g. --integer age,year (CSV columns are "
+        "float unless declared; a schema's type or a Parquet integer type also declares it).",
     ),
 ]
 Bounds = Annotated[
@@ -151,8 +169,8 @@ Diagnostics = Annotated[
     _opt(
         "--diagnostics",
         metavar="FILE",
-        help="Also write NON-PRIVATE diagnostics (W1 between input and output) to FILE, "
-        "e.g. --diagnostics diag.json. Never release it.",
+        help="Also write NON-PRIVATE diagnostics (the true number of complete rows and the W1 "
+        "between input and output) to FILE, e.g. --diagnostics diag.json. Never release it.",
     ),
 ]
 DryRun = Annotated[

@@ -11,11 +11,18 @@ import json
 from typing import Any
 
 from dpsynth_cli import __version__
-from dpsynth_cli.domain import Domain
+from dpsynth_cli.domain import ColumnChoice, Domain
 from dpsynth_cli.mechanisms.base import MechanismRun
 from dpsynth_cli.privacy.ledger import Ledger
 
 SCHEMA = "dpsynth.synth-report/1"
+NOT_FOR_RELEASE = "NOT FOR RELEASE: seeded run (reproducible noise)"
+DOMAIN_NOTE = (
+    "columns, types and bounds come from declarations only (flags, schema file, the CSV "
+    "header's names, a Parquet file's declared column types) or from the DP bounds estimate in "
+    "the ledger; never from the values. Cells that are not numbers are missing; rows with a "
+    "missing value are dropped; values outside the bounds are clamped."
+)
 
 
 def accuracy_block(run: MechanismRun, domain: Domain, noisy_rows: int) -> dict[str, Any]:
@@ -45,6 +52,7 @@ def build_report(
     command: list[str],
     seeded: bool,
     budget: dict[str, Any],
+    columns: ColumnChoice,
     domain: Domain,
     ledger: Ledger,
     run: MechanismRun,
@@ -58,10 +66,11 @@ def build_report(
         "tool": {"name": "dpsynth", "version": __version__},
         "command": command,
         "seeded": seeded,
-        "release": "NOT FOR RELEASE: seeded run (reproducible noise)" if seeded else "ok",
+        "release": NOT_FOR_RELEASE if seeded else "ok",
         "neighbouring_relation": ledger.relation,
         "budget_plan": budget,
         "domain": {c.name: c.to_json() for c in domain.columns},
+        "domain_source": {**columns.to_json(), "note": DOMAIN_NOTE},
         "mechanism": run.description,
         "ledger": ledger.to_json(),
         "output": {**output, "rows": output_rows},

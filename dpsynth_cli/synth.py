@@ -8,6 +8,7 @@ is built from the ledger's released values and public parameters (see `report.bu
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
@@ -16,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from dpsynth_cli.domain import ColumnSpec, Domain, value_matrix
-from dpsynth_cli.errors import DataError, UsageError
+from dpsynth_cli.errors import UsageError
 from dpsynth_cli.mechanisms import hierarchy, pmm, privtree, select
 from dpsynth_cli.mechanisms.base import Mechanism, MechanismRun
 from dpsynth_cli.mechanisms.bounds import estimate_bounds
@@ -121,9 +122,7 @@ def synthesize(
     """Run the whole private pipeline on an in-memory table."""
     budget = plan_budget(options, specs)
     ledger = Ledger(budget.total, options.relation)
-    values = value_matrix(table, specs)
-    if values.shape[0] == 0:
-        raise DataError("no rows left: every row has a missing value in a chosen column")
+    values = value_matrix(table, specs)  # no complete rows is a valid input: n is private
     specs, notices = _complete_bounds(values, specs, budget, source, ledger)
     domain = Domain(tuple(specs))
     X = domain.to_unit(values)
@@ -160,6 +159,8 @@ def _complete_bounds(
             lo, hi = estimate_bounds(
                 values[:, j], spec.name, eps, source.spawn(f"bounds:{spec.name}"), ledger
             )
+            if spec.kind == "integer":  # whole numbers, so the range always holds an integer
+                lo, hi = math.floor(lo), math.ceil(hi)
             spec = replace(spec, lower=lo, upper=hi, source="dp_estimate")
             notices.append(
                 f"column '{spec.name}': bounds estimated privately at epsilon {float(eps):.4g}; "
@@ -177,5 +178,6 @@ def _diagnostics(X: np.ndarray, Y: np.ndarray) -> dict[str, Any]:
         "NOT_DIFFERENTIALLY_PRIVATE": True,
         "warning": "computed from the raw input; do not release",
         "input_rows": int(X.shape[0]),
-        "w1_unit_cube": w1_summary(X, Y),
+        "input_rows_note": "the true number of complete rows: private",
+        "w1_unit_cube": w1_summary(X, Y) if X.shape[0] and Y.shape[0] else None,
     }

@@ -8,13 +8,16 @@ import sys
 from fractions import Fraction
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from dpsynth_cli.cli import app
 from dpsynth_cli.mechanisms import pmm
+from dpsynth_cli.report import NOT_FOR_RELEASE
 from tests.conftest import SAMPLE, SECRET
 
-BOUNDS = ["--bounds", "age=0:100", "--bounds", "score=0:1"]
+BOUNDS = ["--bounds", "age=0:100", "--bounds", "score=0:1", "--integer", "age"]
 
 
 def synth(runner, *args):
@@ -53,9 +56,11 @@ def test_seed_reproduces_and_rows_resamples(runner, small_csv, tmp_path):
 
 def test_stdin_to_stdout_in_a_pipe(small_csv):
     cmd = [sys.executable, "-m", "dpsynth_cli", "synth", "-", "--eps", "1", *BOUNDS, "--seed", "2"]
+    cmd += ["--columns", "age,score"]
     with open(small_csv, "rb") as stdin:
         done = subprocess.run(cmd, stdin=stdin, capture_output=True, check=False)
-    assert done.returncode == 0 and done.stderr == b""
+    assert done.returncode == 0
+    assert done.stderr == b"dpsynth: warning: --seed given: " + NOT_FOR_RELEASE.encode() + b"\n"
     lines = done.stdout.decode().splitlines()
     assert lines[0] == '"age","score"' and len(lines) > 100
 
@@ -63,7 +68,7 @@ def test_stdin_to_stdout_in_a_pipe(small_csv):
 def test_closed_pipe_downstream_exits_quietly(small_csv):
     script = (
         f"{sys.executable} -m dpsynth_cli synth - --eps 1 --bounds age=0:100 "
-        f"--bounds score=0:1 --rows 200000 < '{small_csv}' | head -n 2"
+        f"--bounds score=0:1 --columns age,score --rows 200000 < '{small_csv}' | head -n 2"
     )
     done = subprocess.run(
         ["bash", "-o", "pipefail", "-c", script], capture_output=True, check=False
@@ -141,27 +146,21 @@ def write(tmp_path, name, text):
     [
         (lambda p: [p / "nope.csv", "--eps", 1], 1, "nope.csv"),
         (lambda p: [write(p, "empty.csv", ""), "--eps", 1], 1, "empty.csv"),
-        (lambda p: [write(p, "t.csv", "a,b\nx,y\n"), "--eps", 1], 1, "no numeric"),
-        (lambda p: [write(p, "t.csv", "a,b\n1,x\n"), "--eps", 1, "--columns", "a,b"], 1, "'b'"),
+        (lambda p: [write(p, "t.csv", "a,b\nx,y\n"), "--eps", 1], 1, "--bounds a=LOWER:UPPER"),
+        (lambda p: [write(p, "t.csv", "1,2\n3,4\n"), "--eps", 1], 1, "--no-header"),
+        (lambda p: [write(p, "t.csv", "1,2\n"), "--eps", 1, "--no-header"], 2, "--columns"),
+        (
+            lambda p: [write(p, "t.csv", "1,2\n"), "--eps", 1, "--no-header", "--columns", "a"],
+            2,
+            "2 fields",
+        ),
+        (lambda p: [write(p, "t.csv", "a\n1\n"), "--eps", 1, "--integer", "a,zz"], 2, "'zz'"),
         (lambda p: [write(p, "t.csv", "a\n1\n"), "--eps", 1, "--columns", "zz"], 2, "'zz'"),
         (lambda p: [write(p, "t.csv", "a\n1\n"), "--eps", 1, "--bounds", "a=5:1"], 2, "--bounds"),
         (lambda p: [write(p, "t.csv", "a\n1\n"), "--eps", 1, "--bounds", "a=x:1"], 2, "--bounds"),
         (lambda p: [write(p, "t.csv", "a\n1\n"), "--eps", 0], 2, "--eps"),
         (lambda p: [write(p, "t.csv", "a\n1\n"), "--eps", "inf"], 2, "--eps"),
         (lambda p: [write(p, "t.csv", "a\n1\n"), "--eps", 1, "--bounds-eps", 0], 2, "'a'"),
-        (
-            lambda p: [
-                write(p, "t.csv", "a,b\n,1\n2,\n"),
-                "--eps",
-                1,
-                "--bounds",
-                "a=0:1",
-                "--bounds",
-                "b=0:1",
-            ],
-            1,
-            "missing",
-        ),
         (lambda p: [write(p, "t.csv", f"a\n{SECRET}\n1,2\n"), "--eps", 1], 1, "line 3"),
         (
             lambda p: [
@@ -251,3 +250,48 @@ def test_terminal_gets_progress_and_summary(monkeypatch):
     feedback.summary(report, "out.csv", "out.csv.report.json")
     text = feedback.console.export_text()
     assert "epsilon spent" in text and "NOT FOR RELEASE" in text and "out.csv" in text
+
+
+def test_no_complete_rows_is_a_valid_release(runner, tmp_path):
+    """n is private: an input with no complete rows gets a release like any other, not an error."""
+    path = write(tmp_path, "t.csv", "a,b\n,1\n2,\nx,3\n")
+    out = tmp_path / "o.parquet"
+    args = [path, "--eps", 1, "--bounds", "a=0:9", "--bounds", "b=0:9", "--integer", "a"]
+    result = synth(runner, *args, "-o", out, "--rows", 0)
+    assert result.exit_code == 0, result.output
+    table = pq.read_table(out)
+    assert table.num_rows == 0 and table.schema.types == [pa.int64(), pa.float64()]
+    report = json.loads((tmp_path / "o.parquet.report.json").read_text())
+    assert report["output"]["rows"] == 0
+
+
+def test_headerless_csv_with_named_columns(runner, tmp_path):
+    path = write(tmp_path, "t.csv", "1,2.5\n3,4.5\n")
+    args = [path, "--eps", 1, "--no-header", "--columns", "a,b", "--bounds", "a=0:9"]
+    result = synth(runner, *args, "--bounds", "b=0:9", "--rows", 5)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[0] == '"a","b"'
+
+
+def test_columns_left_out_are_named_on_stderr_and_in_the_report(runner, tmp_path):
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"x": [1.5, 2.5], "species": ["a", "b"], "day": [1, 2]}), path)
+    out = tmp_path / "o.csv"
+    result = synth(runner, path, "--eps", 1, "--bounds", "x=0:9", "-o", out, "--quiet")
+    assert result.exit_code == 0 and result.stderr == ""
+    result = synth(runner, path, "--eps", 1, "--bounds", "x=0:9", "-o", out)
+    assert "2 columns left out (not named by --bounds/--integer): 'species', 'day'" in result.stderr
+    report = json.loads((tmp_path / "o.csv.report.json").read_text())
+    assert report["domain_source"]["columns_from"] == "--bounds/--integer"
+    assert list(report["domain_source"]["left_out"]) == ["species", "day"]
+    assert report["domain"]["x"]["type_source"] == "Parquet schema"
+
+
+def test_seeded_runs_say_not_for_release_everywhere(runner, small_csv, tmp_path):
+    out = tmp_path / "o.parquet"
+    result = synth(runner, small_csv, "--eps", 1, *BOUNDS, "-o", out, "--seed", 1, "--quiet")
+    assert result.exit_code == 0
+    assert result.stderr == f"dpsynth: warning: --seed given: {NOT_FOR_RELEASE}\n"
+    assert pq.read_table(out).schema.metadata[b"dpsynth.release"] == NOT_FOR_RELEASE.encode()
+    assert synth(runner, small_csv, "--eps", 1, *BOUNDS, "-o", out).exit_code == 0
+    assert pq.read_table(out).schema.metadata is None  # an unseeded output carries no mark

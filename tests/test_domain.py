@@ -15,7 +15,7 @@ from dpsynth_cli.domain import (
     resolve_columns,
     value_matrix,
 )
-from dpsynth_cli.errors import DataError, UsageError
+from dpsynth_cli.errors import UsageError
 
 
 def test_parse_bounds_flag():
@@ -59,24 +59,50 @@ def table():
     return pa.table({"a": [1, 2, None, 4], "b": [0.5, np.nan, 1.0, 2.0], "s": ["x", "y", "z", "w"]})
 
 
-def test_resolve_columns_defaults_to_numeric_and_rejects_text():
-    specs = resolve_columns(table().schema, None, None, {"a": (0, 10)}, "in.csv")
-    assert [(s.name, s.kind, s.has_bounds) for s in specs] == [
-        ("a", "integer", True),
-        ("b", "float", False),
+def test_columns_and_types_come_from_declarations_only():
+    parquet = table().schema  # a Parquet file declares its types: a int64, b double, s string
+    choice = resolve_columns(parquet, None, None, {"a": (0, 10)}, typed=True)
+    assert [(s.name, s.kind, s.kind_source, s.has_bounds) for s in choice.specs] == [
+        ("a", "integer", "Parquet schema", True),
+        ("b", "float", "Parquet schema", False),
     ]
-    with pytest.raises(DataError, match="'s' is not numeric"):
-        resolve_columns(table().schema, ["a", "s"], None, {}, "in.csv")
+    assert list(choice.left_out) == ["s"]  # text by its declared type: left out, with a reason
+    text = pa.schema([(n, pa.string()) for n in "abs"])  # a CSV: no declared types
+    choice = resolve_columns(text, None, None, {}, typed=False, integers=["a"])
+    assert [(s.name, s.kind) for s in choice.specs] == [
+        ("a", "integer"),
+        ("b", "float"),
+        ("s", "float"),
+    ]
+    assert choice.columns_from == "CSV header" and choice.left_out == {}
+    schema = {"b": ColumnSpec("b", "integer", 0, 5)}
+    choice = resolve_columns(parquet, ["b", "s"], schema, {}, typed=True)
+    assert [(s.name, s.kind, s.kind_source) for s in choice.specs] == [
+        ("b", "integer", "schema"),
+        ("s", "float", "default (float)"),  # text asked for by name: parsed as numbers
+    ]
     with pytest.raises(UsageError, match="--bounds"):
-        resolve_columns(table().schema, ["a"], None, {"b": (0, 1)}, "in.csv")
-    assert requested_columns("a, b", None) == ["a", "b"]
+        resolve_columns(parquet, ["a"], None, {"b": (0, 1)}, typed=True)
+    with pytest.raises(UsageError, match="--integer"):
+        resolve_columns(parquet, ["a"], None, {}, typed=True, integers=["b"])
+    dated = pa.schema([("t", pa.timestamp("ms"))])
+    with pytest.raises(UsageError, match="'t' has type timestamp"):
+        resolve_columns(dated, ["t"], None, {}, typed=True)
+    assert requested_columns("a, b", None) == (["a", "b"], "--columns")
+    assert requested_columns(None, schema, ["a"]) == (["b"], "schema")
+    assert requested_columns(None, None, ["a", "b", "a"]) == (["a", "b"], "--bounds/--integer")
+    assert requested_columns(None, None, []) == (None, "")
     with pytest.raises(UsageError):
         requested_columns("a,a", None)
 
 
-def test_value_matrix_drops_rows_with_missing_values():
-    specs = resolve_columns(table().schema, ["a", "b"], None, {}, "in.csv")
+def test_value_matrix_parses_each_cell_and_drops_rows_with_missing_values():
+    specs = resolve_columns(table().schema, ["a", "b"], None, {}, typed=True).specs
     assert value_matrix(table(), specs).tolist() == [[1.0, 0.5], [4.0, 2.0]]
+    cells = ["1", " 2.5 ", "abc", "", "NA", "1e400", "-inf", "99999999999999999999", "nan", "5."]
+    text = pa.table({"x": cells})
+    parsed = value_matrix(text, [ColumnSpec("x", "float")])[:, 0]
+    assert parsed.tolist() == [1.0, 2.5, np.inf, -np.inf, 1e20, 5.0]
 
 
 def test_unit_map_round_trip_clamps_and_keeps_integers():

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dpsynth_cli import io as dio
+from dpsynth_cli.domain import column_values
 from dpsynth_cli.errors import DataError, UsageError
 
 SECRET = "987654.321"  # a distinctive data value that must never appear in an error message
@@ -103,10 +104,14 @@ def test_round_trip(tmp_path, name):
     fmt = dio.detect_format(path, None)
     dio.write_table(table, path, fmt, input_path=None)
     back = dio.read_table(path, fmt, None)
-    assert back.schema.types == [pa.int64(), pa.float64()]
+    # CSV declares no types: its columns come back as text; Parquet keeps the declared types
+    text = pa.string()
+    assert back.schema.types == ([text, text] if fmt == "csv" else [pa.int64(), pa.float64()])
     assert back.column_names == ["age", "income"]
-    assert back.column("age").to_pylist() == table.column("age").to_pylist()
-    np.testing.assert_allclose(back.column("income").to_numpy(), table.column("income").to_numpy())
+    assert column_values(back.column("age")).tolist() == table.column("age").to_pylist()
+    np.testing.assert_allclose(
+        column_values(back.column("income")), table.column("income").to_numpy()
+    )
     assert listdir(tmp_path) == [name]  # no temporary file left behind
 
 
@@ -131,7 +136,11 @@ def test_read_from_pipe_path(tmp_path):
             [sys.executable, "-c", f"open({str(fifo)!r}, 'wb').write({data!r})"]
         )
         try:
-            assert dio.read_table(str(fifo), fmt, None).to_pydict() == {"a": [1], "b": [2.5]}
+            back = dio.read_table(str(fifo), fmt, None)
+            assert {c: column_values(back.column(c)).tolist() for c in "ab"} == {
+                "a": [1],
+                "b": [2.5],
+            }
         finally:
             assert writer.wait(timeout=30) == 0
 
@@ -140,7 +149,7 @@ def test_gzip_input_with_override(tmp_path):
     path = tmp_path / "data.gz"
     path.write_bytes(gzip.compress(b"a,b\n1,2.5\n3,\n"))
     table = dio.read_table(str(path), dio.detect_format(str(path), "csv"), None)
-    assert table.to_pydict() == {"a": [1, 3], "b": [2.5, None]}
+    assert table.to_pydict() == {"a": ["1", "3"], "b": ["2.5", None]}
 
 
 def test_empty_table_round_trip(tmp_path):
@@ -152,28 +161,30 @@ def test_empty_table_round_trip(tmp_path):
         assert back.num_rows == 0 and back.column_names == ["age", "income"]
 
 
-def test_csv_types_and_nulls(tmp_path):
+def test_csv_is_text_and_empty_fields_are_null(tmp_path):
+    """No type is guessed from values: one row must not change a column's type."""
     path = write_bytes(tmp_path / "t.csv", b"i,f,s\n1,1.5,x\n,2,\n3,,y\n4,inf,z\n")
     table = dio.read_table(path, "csv", None)
-    assert table.schema.types == [pa.int64(), pa.float64(), pa.string()]
+    assert table.schema.types == [pa.string()] * 3
     assert table.to_pydict() == {
-        "i": [1, None, 3, 4],
-        "f": [1.5, 2.0, None, float("inf")],
+        "i": ["1", None, "3", "4"],
+        "f": ["1.5", "2", None, "inf"],
         "s": ["x", None, "y", "z"],
     }
 
 
-def test_na_markers(tmp_path):
+def test_na_markers_stay_text(tmp_path):
     path = write_bytes(tmp_path / "t.csv", b"x,s\n1.5,NA\nNA,b\nNaN,\n")
     table = dio.read_table(path, "csv", None)
-    assert table.to_pydict() == {"x": [1.5, None, None], "s": ["NA", "b", None]}
+    assert table.to_pydict() == {"x": ["1.5", "NA", "NaN"], "s": ["NA", "b", None]}
+    assert np.isnan(column_values(table.column("x"))[1:]).all()
 
 
 def test_column_selection_csv(tmp_path):
     path = write_bytes(tmp_path / "t.csv", ("a,b,c\n" + "1,2.5,x\n" * 3).encode())
     table = dio.read_table(path, "csv", ["c", "a"])
     assert table.column_names == ["c", "a"]
-    assert table.schema.types == [pa.string(), pa.int64()]
+    assert table.schema.types == [pa.string(), pa.string()]
 
 
 def test_column_selection_parquet(tmp_path):
@@ -184,7 +195,8 @@ def test_column_selection_parquet(tmp_path):
     assert table.schema.types == [pa.float64(), pa.int64()]
 
 
-def test_parquet_narrow_numbers_are_widened(tmp_path):
+def test_parquet_keeps_declared_types(tmp_path):
+    """The file's declared types reach the domain as they are; values never change them."""
     path = str(tmp_path / "t.parquet")
     narrow = pa.table(
         {
@@ -196,7 +208,8 @@ def test_parquet_narrow_numbers_are_widened(tmp_path):
     )
     pq.write_table(narrow, path)
     table = dio.read_table(path, "parquet", None)
-    assert table.schema.types == [pa.int64(), pa.int64(), pa.float64(), pa.float64()]
+    assert table.schema == narrow.schema
+    assert column_values(table.column("u64")).tolist() == [1.0, float(2**63 + 5)]
 
 
 def test_header_only_csv_has_zero_rows(tmp_path):
@@ -208,14 +221,14 @@ def test_header_only_csv_has_zero_rows(tmp_path):
 def test_bom_crlf_blank_lines_and_quoted_fields(tmp_path):
     data = b'\xef\xbb\xbf"a","b"\r\n1,"x, y"\r\n\r\n2,"line\nbreak"\r\n3,"say ""hi"""\r\n'
     table = dio.read_table(write_bytes(tmp_path / "q.csv", data), "csv", None)
-    assert table.to_pydict() == {"a": [1, 2, 3], "b": ["x, y", "line\nbreak", 'say "hi"']}
+    assert table.to_pydict() == {"a": ["1", "2", "3"], "b": ["x, y", "line\nbreak", 'say "hi"']}
 
 
 def test_stdin_is_csv(monkeypatch):
     fake = pyio.TextIOWrapper(pyio.BytesIO(b"a,b\n1,2.5\n"))
     monkeypatch.setattr(sys, "stdin", fake)
     table = dio.read_table("-", dio.detect_format("-", None), None)
-    assert table.to_pydict() == {"a": [1], "b": [2.5]}
+    assert table.to_pydict() == {"a": ["1"], "b": ["2.5"]}
 
 
 def test_stdin_error_names_stdin(monkeypatch):

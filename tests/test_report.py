@@ -43,14 +43,28 @@ def fixed_release(monkeypatch, mechanism: str) -> None:
     monkeypatch.setattr(hierarchy, "noisy_level_counts", fixed_levels)
 
 
+SECOND_TABLES = {  # the first table's partner: another table, or a neighbour (one row added)
+    "other table": lambda first, rng: pd.DataFrame(
+        {"a": rng.integers(5, 8, 800), "b": -rng.random(800)}
+    ),
+    "plus a fraction in an integer column": lambda first, rng: pd.concat(
+        [first, pd.DataFrame({"a": [5.5], "b": [0.5]})]
+    ),
+    "plus a text cell": lambda first, rng: pd.concat(
+        [first.astype({"a": object}), pd.DataFrame({"a": ["abc"], "b": [0.5]})]
+    ),
+}
+
+
+@pytest.mark.parametrize("second_table", SECOND_TABLES)
 @pytest.mark.parametrize("mechanism", ["pmm", "hierarchy"])
 def test_two_datasets_with_equal_released_values_give_equal_outputs(
-    runner, tmp_path, monkeypatch, mechanism
+    runner, tmp_path, monkeypatch, mechanism, second_table
 ):
     """Force the released noisy values to coincide; then nothing else may tell the inputs apart."""
     rng = np.random.default_rng(0)
     first = pd.DataFrame({"a": rng.integers(0, 11, 500), "b": rng.random(500)})
-    second = pd.DataFrame({"a": rng.integers(5, 8, 800), "b": -rng.random(800)})
+    second = SECOND_TABLES[second_table](first, rng)
     true_rows = {}
 
     def count_noise(source, scale, size):
@@ -62,7 +76,7 @@ def test_two_datasets_with_equal_released_values_give_equal_outputs(
     for name, frame in (("first", first), ("second", second)):
         path, out = tmp_path / f"{name}.csv", tmp_path / f"{name}.synth.csv"
         frame.to_csv(path, index=False)
-        true_rows["n"] = len(frame)
+        true_rows["n"] = len(frame.apply(pd.to_numeric, errors="coerce").dropna())
         report = run(runner, path, out, "--mechanism", mechanism)
         del report["command"], report["output"]["path"]
         reports.append(report)

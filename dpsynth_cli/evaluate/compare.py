@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from dpsynth_cli.domain import ColumnSpec, Domain, value_matrix
+from dpsynth_cli.domain import ColumnSpec, Domain, column_values, value_matrix
 from dpsynth_cli.errors import DataError, UsageError
 from dpsynth_cli.evaluate.w1 import w1_1d, w1_summary
 from dpsynth_cli.privacy.noise import analysis_generator
@@ -37,6 +37,14 @@ def specs_from_report(path: str) -> list[ColumnSpec]:
         raise UsageError(f"--from-report {path}: file not found") from None
     except (OSError, ValueError, KeyError, TypeError):
         raise UsageError(f"--from-report {path}: not a dpsynth synth report") from None
+
+
+def columns_with_numbers(table: pa.Table) -> list[str]:
+    """The columns of a text (CSV) table in which some cell is a number (reads values)."""
+    names = [c for c in table.column_names if np.isfinite(column_values(table.column(c))).any()]
+    if not names:
+        raise DataError("no column of the real table holds numbers: choose columns with --columns")
+    return names
 
 
 def fill_bounds_from_data(specs: list[ColumnSpec], *tables: pa.Table) -> list[ColumnSpec]:

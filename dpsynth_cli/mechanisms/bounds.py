@@ -96,7 +96,8 @@ def estimate_bounds(
     )
     if found is None:
         raise DataError(
-            f"column '{column}': too few rows to estimate bounds privately with the bounds "
-            f"budget; declare them with --bounds {column}=LOWER:UPPER or raise --bounds-eps"
+            f"column '{column}': the private bounds estimate found no data (too few rows with a "
+            f"number there for the bounds budget); declare bounds with --bounds "
+            f"{column}=LOWER:UPPER or --schema, or leave the column out with --columns"
         )
     return found
