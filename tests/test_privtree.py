@@ -1,12 +1,24 @@
 """PrivTree mechanism: exact budget, the discrete-noise proof checked numerically, output shape,
-stratified placement, a privacy audit with mutants, and a fixed-seed accuracy margin.
+stratified placement, privacy audits of the release with mutants, and a fixed-seed accuracy margin.
 
-Audit (d = 1, declared eps 3, depth 3; lower bounds at 95%, `pytest -s` prints them), measured:
+Audits of the release (tree + noisy leaf counts; d = 1, declared eps 3, depth 3, structure share
+0.9 unless noted: 1/lambda = 2.63 under add/remove, 1.20 under replace; lower bounds at 95%,
+`pytest -s` prints them; setting and batching above the audit tests), measured:
 
-    variant                                     runs/side  bound
-    correct (structure 2.7 + counts 0.3)        6000       2.48  (root decision: 1/lambda = 2.4)
-    bias removed (every level costs 1/lambda)   1000       4.65
-    leaf count noise x0.5 (counts 2.25 -> 4.5)  2000       3.85
+    audit (relation)                  runs/side  bound  event: its true log-ratio
+    correct (add/remove)              40000      2.80   root splits, level 1 not, o >= 1: 2.93
+    clamp theta - delta (add/remove)  40000      4.74   leaf level >= 2: 2/lambda = 5.26
+                                      6000       3.18   (caught for 6 of 12 seeds; 3000: 2.47)
+    bias removed (add/remove)         2000       4.95   leaf level >= 3: 3/lambda = 7.88
+    leaf noise x0.5 (share 0.25)      2000       3.98   o >= 1: 2 eps_C = 4.5
+    correct (replace)                 40000      2.49   A's node a leaf, B's splits: 2.40 (2.70
+                                                        with both leaf counts)
+    replace term ignored (replace)    4000       4.27   the same: 2/lambda = 5.26
+    planned as add/remove (replace)   4000       4.57   the same: 2/lambda = 5.26
+
+(o: the noisy count of the added row's leaf minus its count in X.) Over 12 other seeds: clamp
+mutant 3.62-4.64 at 20,000 runs per side, 3.92-5.11 at 40,000; correct add/remove 2.77-2.88 at
+40,000; correct replace 2.30-2.56 at 20,000; the other mutants >= 3.67 at 2,000.
 """
 
 from __future__ import annotations
@@ -15,7 +27,9 @@ import dataclasses
 import json
 import math
 import time
+from collections.abc import Callable
 from fractions import Fraction
+from functools import cache
 
 import numpy as np
 import pytest
@@ -50,41 +64,70 @@ def test_exp_lower_is_a_tight_lower_bound():
             assert low == pytest.approx(math.exp(-float(u)), abs=1e-4)
 
 
-def split_costs(lam: float, delta: int, theta: int, top: int) -> np.ndarray:
-    """rho(x) = log P[x+1 clamped + Z > theta] / P[x clamped + Z > theta] for x = -top..top,
-    from the discrete Laplace pmf summed directly (independent of the closed forms)."""
+def laplace_tail(lam: float, m: np.ndarray) -> np.ndarray:
+    """P[Z >= m] for discrete Laplace noise of scale lam, from its pmf summed directly
+    (independent of the closed forms)."""
     z = np.arange(-4000, 4001)
     pmf = np.exp(-np.abs(z) / lam)
     pmf /= pmf.sum()
     tail = np.cumsum(pmf[::-1])[::-1]  # tail[i] = P[Z >= z[i]]
+    return tail[np.searchsorted(z, m)]
 
-    def p_split(b):
-        return tail[np.searchsorted(z, theta - b + 1)]
 
-    x = np.arange(-top, top + 1)
-    floor = theta - delta + 1
-    return x, np.log(p_split(np.maximum(x + 1, floor)) / p_split(np.maximum(x, floor)))
+def split_probability(b: np.ndarray, pt: privtree.PrivTreePlan) -> np.ndarray:
+    """P[b + Z > theta]: a node with biased count b splits."""
+    return laplace_tail(float(pt.scale), pt.threshold - np.asarray(b) + 1)
+
+
+def worst_path(pt: privtree.PrivTreePlan, steps: int = 60, top: int = 300) -> float:
+    """Max over every non-increasing path of counts c_0 >= c_1 >= ... (0..top, one per decision
+    step) of the summed split costs log P[split | c_t + 1] / P[split | c_t], by dynamic
+    programming; the biased counts are the code's own (`privtree.biased_counts`)."""
+    counts = np.arange(0, top + 1)
+    best = np.zeros(counts.size)  # best total from step t on, given the count at step t
+    for t in range(steps - 1, -1, -1):
+        b = privtree.biased_counts(counts, t, pt)
+        b_added = privtree.biased_counts(counts + 1, t, pt)
+        here = np.log(split_probability(b_added, pt) / split_probability(b, pt))
+        best = here + np.maximum.accumulate(best)  # next count <= this count
+    return float(best.max())
+
+
+def clamp_one_lower(mp: pytest.MonkeyPatch) -> None:
+    """Mutant: the clamp at theta - delta instead of theta - delta + 1 (an off-by-one): wraps the
+    code's own `privtree.clamp_floor`, which `biased_counts` uses; splits still compare with theta.
+    Two decision steps of a path can then cost 1/lambda (x_t = theta, x_(t+1) = theta - delta)."""
+    real = privtree.clamp_floor
+    mp.setattr(privtree, "clamp_floor", lambda pt: real(pt) - 1)
 
 
 @pytest.mark.parametrize("lam,delta,theta", [(3.0, 2, 0), (6.5, 4, 5), (1.2, 1, 3), (20.0, 14, 0)])
 def test_structure_bound_covers_the_worst_path(lam, delta, theta):
     """Max over every non-increasing path of counts of the summed split costs (dynamic
-    programming over count sequences) stays below the bound used for the budget."""
+    programming over count sequences, with the mechanism's own biased counts) stays below the
+    bound used for the budget; the DP sees a clamp one lower."""
     scale = noise.as_scale(lam)
+    pt = dataclasses.replace(
+        privtree.plan(100, Fraction(1), 1, "add-remove"), scale=scale, bias=delta, threshold=theta
+    )
+    assert privtree.clamp_floor(pt) == theta - delta + 1
     lam = float(scale)
-    top, steps = 300, 60
-    x, rho = split_costs(lam, delta, theta, top)
-    counts = np.arange(0, top + 1)
-    best = np.zeros(counts.size)  # best total from step t on, given the count at step t
-    for t in range(steps - 1, -1, -1):
-        here = rho[np.clip(counts - t * delta + top, 0, 2 * top)]
-        best = here + np.maximum.accumulate(best)  # next count <= this count
-    worst = best.max()
+    worst = worst_path(pt)
     p = math.exp(-1 / lam)
     closed = 1 / lam + (1 - p) * p / (1 - p**delta)
     bound = float(privtree.structure_epsilon(scale, delta, "add-remove"))
     assert worst <= closed + 1e-9 <= bound + 1e-9
     assert bound <= closed * 1.001 + 1e-6  # tight: no budget wasted
+    with pytest.MonkeyPatch.context() as mp:
+        clamp_one_lower(mp)
+        gain = worst_path(pt) - worst
+    # The off-by-one costs a whole 1/lambda when delta = 1 (x_t = theta, x_(t+1) = theta - 1 both
+    # in the window), less for larger delta (the path's tail terms move from u = 1, 1 + delta, ...
+    # to u = delta, 2 delta, ...): measured 0.65, 0.37 and 0.13 x 1/lambda for delta = 2, 4, 14;
+    # for delta = 4 and 14 the mutant's worst path stays within the bound's slack.
+    assert gain > 0.1 / lam
+    if delta == 1:
+        assert gain == pytest.approx(1 / lam) and worst + gain > bound
 
 
 @pytest.mark.parametrize("relation", ["add-remove", "replace"])
@@ -227,24 +270,59 @@ def test_a_million_rows_in_two_dimensions_is_fast():
     assert seconds < 10 and abs(out.points.shape[0] - 1_000_000) < 50_000
 
 
-# -- privacy audit: X = THETA copies of one point, X' = X plus one more copy --------------------
+# -- privacy audit of the release (tree T + noisy leaf counts) -----------------------------------
 #
-# d = 1, eps = 3, depth 3, no forced levels, threshold THETA: under X the root's biased count is
-# exactly theta (split probability S(1)), under X' theta + 1 (S(0)): the root decision alone
-# costs 1/lambda, most of the structure's share. Deeper levels are clamped for the correct
-# mechanism, so they cost nothing; the bias-removed mutant pays 1/lambda at every level.
+# d = 1, eps = 3, depth 3, no forced levels, threshold THETA = 4, structure share 0.9 (eps_T = 2.7,
+# eps_C = 0.3, delta = 1 under both relations).
+#
+# add/remove: X = THETA copies of POINT, X' = X plus one more copy. The root's biased count is theta
+# under X (split probability S(1)), theta + 1 under X' (S(0)): the root decision costs 1/lambda =
+# 2.63. At level 1 the clamp bites: x_1 = theta - delta under X, theta - delta + 1 under X', both
+# raised to theta - delta + 1, so the correct mechanism pays nothing there. With the clamp one lower
+# (theta - delta) level 1 costs another 1/lambda: {leaf level >= 2} has ratio e^(2/lambda) = e^5.26
+# but probability S(1) S(2) = 3e-4 under X, hence 40,000 runs per side (6,000 catch it for half
+# the seeds, 3,000 miss it). The bias-removed mutant pays 1/lambda at every level; halved leaf
+# noise doubles eps_C.
+#
+# replace: X = THETA + 2 copies of POINT and THETA + 1 of POINT_B (the other half), X' = X with one
+# copy of POINT moved to POINT_B. The root count does not change; at level 1 (x = c - delta) the
+# node of POINT goes from theta + 1 to theta and that of POINT_B from theta to theta + 1: {POINT's
+# node is a leaf, POINT_B's splits} has ratio e^(2/lambda) (X' over X), and with the two leaf counts
+# (one down, one up; scale 2/eps_C) e^(2/lambda + eps_C) <= e^(eps - p). Mutants: lambda fitted
+# without the replace term (`structure_epsilon` told add-remove), and the whole plan made for
+# add-remove (count sensitivity 1 too): the same events cost 2 x 2.63 (+ 0.3, or + 0.6).
+#
+# Runs are batched: `privtree.release` runs on 2^BATCH_BITS copies of the table, copy r scaled into
+# the level-BATCH_BITS cell r, with a plan forcing BATCH_BITS more levels (start and max_depth
+# shifted). Each copy's decisions and leaf counts then depend only on its own rows and its own noise
+# draws (i.i.d.), so the copies are independent runs of the audited plan, ~100x faster than one call
+# each; the leaf cap (MAX_LEAVES) is never reached. test_batched_release_has_the_law_of_one_run
+# checks the leaf levels and counts against their exact law.
 
 AUDIT_EPS = Fraction(3)
 THETA = 4
-POINT = 0.3
+POINT = 0.3  # depth-3 cell [1/4, 3/8), left half
+POINT_B = 0.8  # depth-3 cell [3/4, 7/8), right half
+BATCH_BITS = 12  # 4096 runs per call of privtree.release
 
 
-def audit_plan(structure: float) -> privtree.PrivTreePlan:
+def tables(relation: str) -> tuple[np.ndarray, np.ndarray]:
+    """(X, X') as 1-d arrays of rows: add/remove one copy of POINT, or move one to POINT_B."""
+    if relation == "add-remove":
+        return np.full(THETA, POINT), np.full(THETA + 1, POINT)
+    return (
+        np.r_[np.full(THETA + 2, POINT), np.full(THETA + 1, POINT_B)],
+        np.r_[np.full(THETA + 1, POINT), np.full(THETA + 2, POINT_B)],
+    )
+
+
+def audit_plan(structure: float, relation: str) -> privtree.PrivTreePlan:
+    """The audited plan (through `privtree.plan`, so that mutants patched into it apply)."""
     return privtree.plan(
         THETA,
         AUDIT_EPS,
         1,
-        "add-remove",
+        relation,
         structure=structure,
         start=0.0,
         threshold=THETA,
@@ -252,67 +330,247 @@ def audit_plan(structure: float) -> privtree.PrivTreePlan:
     )
 
 
+def release_batch(
+    pt: privtree.PrivTreePlan, data: np.ndarray, targets: np.ndarray, src, runs: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``runs`` independent releases of ``pt`` on the 1-d table ``data``, batched (see above):
+    per run and target point, the level of the leaf holding it and that leaf's noisy count."""
+    bits, depth = BATCH_BITS, pt.max_depth
+    big = dataclasses.replace(pt, start=pt.start + bits, max_depth=depth + bits)
+    assert 1 << (depth + bits) < privtree.MAX_LEAVES  # the cap counts leaves: at most 2^depth
+    copy = np.arange(1 << bits, dtype=np.int64)[:, None]
+    X = ((copy + data[None, :]) / (1 << bits)).reshape(-1, 1)
+    own = partition.leaf_codes(data[:, None], depth)[None, :]
+    assert np.array_equal(partition.leaf_codes(X, big.max_depth), ((copy << depth) + own).ravel())
+    goal = (copy << depth) + partition.leaf_codes(np.asarray(targets)[:, None], depth)[None, :]
+    levels, counts = [], []
+    for _ in range(-(-runs >> bits)):
+        rel = privtree.release(X, big, src, Ledger(pt.epsilon, pt.relation))
+        assert rel.levels.min() >= bits  # forced splits above the copies
+        starts = rel.leaves << (big.max_depth - rel.levels)
+        order = np.argsort(starts)
+        i = order[np.searchsorted(starts[order], goal, side="right") - 1]
+        levels.append(rel.levels[i] - bits)
+        counts.append(rel.noisy_counts[i])
+    return np.concatenate(levels)[:runs], np.concatenate(counts)[:runs]
+
+
+ADD_NAMES = ("leaf level", "noisy count - theta", "leaf level if noisy count > theta, else -1")
+
+
+def add_stats(pt: privtree.PrivTreePlan, data: np.ndarray, src, runs: int) -> np.ndarray:
+    """Add/remove: the leaf holding POINT (every row of X is there, so its count in X is THETA at
+    any level): its level l, o = noisy count - THETA (Z under X, 1 + Z under X'), and l where
+    o >= 1 (-1 elsewhere): {l >= 1, o >= 1} and {l == 1, o >= 1} have ratio e^(1/lambda + eps_C),
+    {l >= 2, o >= 1} e^(2/lambda + eps_C) with the clamp one lower."""
+    level, noisy = release_batch(pt, data, np.array([POINT]), src, runs)
+    level, o = level[:, 0], noisy[:, 0] - THETA
+    return np.column_stack([level, o, np.where(o >= 1, level, -1)]).astype(float)
+
+
+REPLACE_NAMES = (
+    "POINT's leaf level",
+    "POINT_B's leaf level",
+    "moved: min(POINT_B's level - 1, 2 - POINT's level)",
+    "min(u, v)",
+    "min(u, v) where moved >= 1, else -inf",
+)
+
+
+def replace_stats(pt: privtree.PrivTreePlan, data: np.ndarray, src, runs: int) -> np.ndarray:
+    """Replace: the leaves holding POINT (A) and POINT_B (B) at levels l_A, l_B. moved >= 1 is
+    {l_A <= 1, l_B >= 2}: A's level-1 node (or the root) is a leaf, B's level-1 node splits. With
+    c the counts of X, u = noisy count of B's leaf - c and v = c - noisy count of A's leaf are Z and
+    -Z' under X, 1 + Z and 1 - Z' under X' (if l_A, l_B >= 1: the leaves differ)."""
+    level, noisy = release_batch(pt, data, np.array([POINT, POINT_B]), src, runs)
+    (la, lb), (na, nb) = level.T, noisy.T
+    X = tables("replace")[0]
+    n_a, n_b = int((X == POINT).sum()), int((X == POINT_B).sum())
+    c_a = np.where(la >= 1, n_a, n_a + n_b)  # level 0: the root, which holds every row
+    c_b = np.where(lb >= 1, n_b, n_a + n_b)
+    u, v = nb - c_b, c_a - na
+    moved = np.minimum(lb - 1, 2 - la)
+    both = np.minimum(u, v)
+    return np.column_stack([la, lb, moved, both, np.where(moved >= 1, both, -np.inf)]).astype(float)
+
+
 def bias_removed(mp: pytest.MonkeyPatch) -> None:
-    """Mutant: the split decisions ignore the per-level bias (the clamp is kept)."""
+    """Mutant: the split decisions ignore the per-level bias (the code's clamp is kept): every
+    level is decided as decision step 0."""
+    real = privtree.biased_counts
+    mp.setattr(privtree, "biased_counts", lambda c, step, pt: real(c, 0, pt))
+
+
+def count_noise_halved(mp: pytest.MonkeyPatch) -> None:
+    """Mutant: the leaf counts get half the noise scale the plan computes (wraps privtree.plan)."""
+    real = privtree.plan
     mp.setattr(
-        privtree, "biased_counts", lambda c, step, pt: np.maximum(c, pt.threshold - pt.bias + 1)
+        privtree,
+        "plan",
+        lambda *a, **k: dataclasses.replace(
+            real(*a, **k), count_scale=real(*a, **k).count_scale / 2
+        ),
     )
 
 
-def release_stats(pt: privtree.PrivTreePlan, X: np.ndarray, src) -> tuple[float, float]:
-    """(level of the leaf holding POINT, its noisy count minus THETA)."""
-    rel = privtree.release(X, pt, src, Ledger(AUDIT_EPS))
-    code = int(partition.leaf_codes(np.array([[POINT]]), pt.max_depth)[0])
-    hit = np.flatnonzero(rel.leaves == code >> (pt.max_depth - rel.levels))
-    assert hit.size == 1
-    i = int(hit[0])
-    return float(rel.levels[i]), float(rel.noisy_counts[i] - THETA)
+def replace_term_ignored(mp: pytest.MonkeyPatch) -> None:
+    """Mutant: lambda fitted to the add/remove structure bound under replace (the relation term
+    1/lambda of `structure_epsilon` dropped); the leaf counts keep sensitivity 2."""
+    real = privtree.structure_epsilon
+    mp.setattr(
+        privtree, "structure_epsilon", lambda scale, bias, relation: real(scale, bias, "add-remove")
+    )
 
 
-def audit_samples(label: str, pt: privtree.PrivTreePlan, runs: int, mutant=None):
-    X = np.full((THETA, 1), POINT)
-    Xp = np.full((THETA + 1, 1), POINT)
+def planned_as_add_remove(mp: pytest.MonkeyPatch) -> None:
+    """Mutant: the plan made for add/remove (structure and count sensitivity) while the tables are
+    replace neighbours."""
+    real = privtree.plan
+    mp.setattr(
+        privtree, "plan", lambda n, eps, d, relation, **k: real(n, eps, d, "add-remove", **k)
+    )
+
+
+# variant -> (structure share, mutant patch)
+VARIANTS: dict[str, tuple[float, Callable[[pytest.MonkeyPatch], None] | None]] = {
+    "correct": (0.9, None),
+    "clamp one lower": (0.9, clamp_one_lower),
+    "bias removed": (0.9, bias_removed),
+    "leaf count noise x0.5": (0.25, count_noise_halved),
+    "replace term ignored": (0.9, replace_term_ignored),
+    "planned as add-remove": (0.9, planned_as_add_remove),
+}
+
+
+@cache
+def samples(variant: str, relation: str, runs: int) -> dict:
+    """``runs`` batched releases per side of the variant's plan on (X, X'), as statistics."""
+    share, mutant = VARIANTS[variant]
+    stats = add_stats if relation == "add-remove" else replace_stats
     start = time.perf_counter()
     with pytest.MonkeyPatch.context() as mp:
         if mutant is not None:
             mutant(mp)
-        sides = []
-        for side, data in (("X", X), ("X'", Xp)):
-            src = stream(f"privtree/{label}/{side}")
-            sides.append(np.array([release_stats(pt, data, src) for _ in range(runs)]))
-    return sides, time.perf_counter() - start
+        pt = audit_plan(share, relation)
+        sides = [
+            stats(pt, data, stream(f"privtree/{relation}/{variant}/{side}"), runs)
+            for side, data in zip(("X", "X'"), tables(relation), strict=True)
+        ]
+    return {"plan": pt, "sides": sides, "seconds": time.perf_counter() - start}
 
 
-NAMES = ("leaf level", "noisy count - theta")
+def run_audit(variant: str, relation: str, runs: int) -> tuple[AuditResult, dict]:
+    s = samples(variant, relation, runs)
+    names = ADD_NAMES if relation == "add-remove" else REPLACE_NAMES
+    result = audit(*s["sides"], names=names)
+    report(f"privtree {relation} eps=3 {variant} ({runs} runs/side)", result, s["seconds"])
+    return result, s
+
+
+def close(freq: np.ndarray, prob: np.ndarray, n: int) -> bool:
+    """Frequencies within 4.5 binomial standard deviations (+ 1/n) of their probabilities."""
+    return bool((np.abs(freq - prob) <= 4.5 * np.sqrt(prob * (1 - prob) / n) + 1 / n).all())
+
+
+@pytest.mark.parametrize(
+    "variant,relation",
+    [
+        ("correct", "add-remove"),
+        ("clamp one lower", "add-remove"),
+        ("correct", "replace"),
+        ("planned as add-remove", "replace"),
+    ],
+)
+def test_batched_release_has_the_law_of_one_run(variant, relation):
+    """The copies of a batch are runs of the audited plan: each target's leaf level and noisy
+    count follow the exact law of one run (split probabilities of the code's own biased counts
+    from the discrete Laplace pmf; counts plus noise of the count scale)."""
+    share, mutant = VARIANTS[variant]
+    runs = 2 << BATCH_BITS
+    targets = np.array([POINT] if relation == "add-remove" else [POINT, POINT_B])
+    laws = []
+    with pytest.MonkeyPatch.context() as mp:
+        if mutant is not None:
+            mutant(mp)
+        pt = audit_plan(share, relation)
+        D = pt.max_depth
+        for side, data in zip(("X", "X'"), tables(relation), strict=True):
+            src = stream(f"privtree/law/{relation}/{variant}/{side}")
+            level, noisy = release_batch(pt, data, targets, src, runs)
+            rows = partition.leaf_codes(data[:, None], D)
+            for k, code in enumerate(partition.leaf_codes(targets[:, None], D)):
+                c = np.array([((rows ^ code) >> (D - j) == 0).sum() for j in range(D + 1)])
+                split = np.array(
+                    [split_probability(privtree.biased_counts(c[j], j, pt), pt) for j in range(D)]
+                )
+                law = np.cumprod(np.r_[1.0, split]) * np.r_[1 - split, 1.0]  # P[level == l]
+                laws.append(law)
+                assert close(np.bincount(level[:, k], minlength=D + 1) / runs, law, runs)
+                o = noisy[:, k] - c[level[:, k]]
+                tail = laplace_tail(float(pt.count_scale), np.array([1]))
+                assert close(np.array([(o >= 1).mean(), (o <= -1).mean()]), np.r_[tail, tail], runs)
+    if variant == "clamp one lower":  # live: under X, level 1 splits e^(1/lambda) times less often
+        pt = audit_plan(share, relation)
+        correct = split_probability(privtree.biased_counts(THETA, 1, pt), pt)
+        ratio = laws[0][2:].sum() / laws[0][1:].sum()
+        assert ratio == pytest.approx(correct * math.exp(-1 / float(pt.scale)))
+
+
+ADD_N = 40_000  # runs per side: the clamp mutant needs them (6,000 catch it for half the seeds)
+MUTANT_N = 2_000
+REPLACE_N = 40_000
+REPLACE_MUTANT_N = 4_000
 
 
 @pytest.mark.heavy
 def test_privtree_release_passes_the_audit():
-    pt = audit_plan(0.9)
-    assert pt.threshold == THETA and pt.start == 0 and pt.max_depth == 3
-    (a, b), secs = audit_samples("correct", pt, 6_000)
-    result = audit(a, b, names=NAMES)
-    report("privtree eps=3 correct", result, secs)
+    result, s = run_audit("correct", "add-remove", ADD_N)
+    pt = s["plan"]
+    assert (pt.threshold, pt.start, pt.max_depth, pt.bias) == (THETA, 0, 3, 1)
     result.assert_within(AUDIT_EPS)
-    assert result.epsilon_lower > 0.8 / float(pt.scale)  # power: the root decision shows
+    assert result.epsilon_lower > 1 / float(pt.scale)  # power: more than the root decision shows
+
+
+@pytest.mark.heavy
+def test_privtree_audit_catches_the_clamp_one_lower():
+    """The off-by-one clamp (theta - delta) lets level 1 cost 1/lambda too: caught on a level-2
+    event, rare under X (S(1) S(2) = 3e-4)."""
+    result, s = run_audit("clamp one lower", "add-remove", ADD_N)
+    pt = s["plan"]
+    assert pt == audit_plan(0.9, "add-remove")  # the plan is the correct one: only the clamp moved
+    assert result.event.column in (0, 2) and result.event.kind == ">="
+    assert result.event.threshold >= 2
+    result.assert_exceeds(AUDIT_EPS)
 
 
 @pytest.mark.heavy
 def test_privtree_audit_catches_the_bias_removed_mutant():
-    (a, b), secs = audit_samples("bias removed", audit_plan(0.9), 1_000, bias_removed)
-    result = audit(a, b, names=NAMES)
-    report("privtree eps=3 bias removed", result, secs)
+    result, _ = run_audit("bias removed", "add-remove", MUTANT_N)
     result.assert_exceeds(AUDIT_EPS)
 
 
 @pytest.mark.heavy
 def test_privtree_audit_catches_halved_leaf_noise():
-    pt = audit_plan(0.25)
-    mutant = dataclasses.replace(pt, count_scale=pt.count_scale / 2)
-    (a, b), secs = audit_samples("count noise x0.5", mutant, 2_000)
-    result = audit(a, b, names=NAMES)
-    report("privtree eps=3 leaf count noise x0.5", result, secs)
+    result, s = run_audit("leaf count noise x0.5", "add-remove", MUTANT_N)
+    assert s["plan"].count_scale == audit_plan(0.25, "add-remove").count_scale / 2
     result.assert_exceeds(AUDIT_EPS)
+
+
+@pytest.mark.heavy
+def test_privtree_replace_relation_passes_and_mutants_fail():
+    """Replace-one (a row moved between halves): the replace plan passes; lambda fitted without
+    the replace term, or the whole plan made for add/remove, fail."""
+    ok, good = run_audit("correct", "replace", REPLACE_N)
+    pt = good["plan"]
+    assert (pt.relation, pt.count_sensitivity, pt.bias, pt.start) == ("replace", 2, 1, 0)
+    ok.assert_within(AUDIT_EPS)
+    assert ok.epsilon_lower > 2 / float(pt.scale) - 0.25  # power: both level-1 decisions show
+    add_plan = audit_plan(0.9, "add-remove")
+    for variant, sensitivity in (("replace term ignored", 2), ("planned as add-remove", 1)):
+        bad, s = run_audit(variant, "replace", REPLACE_MUTANT_N)
+        assert s["plan"].scale == add_plan.scale < pt.scale  # the mutant is live
+        assert s["plan"].count_sensitivity == sensitivity
+        bad.assert_exceeds(AUDIT_EPS)
 
 
 # -- accuracy: clustered data, where the adaptive partition has a clear margin -----------------

@@ -50,7 +50,9 @@ conditions on T and charges only r's path. (Formally the raw decisions are relea
 function of them: the leaf cap turns raw splits of a level into leaves by a rule on that level's
 released decisions, which changes neither (a) nor (b). Undecided nodes, forced splits above s and
 forced leaves at D, cost nothing.) tests/test_privtree.py checks the path bound numerically by
-dynamic programming over all non-increasing count sequences, and audits the release.
+dynamic programming over all non-increasing count sequences, with `biased_counts` itself (a clamp
+one lower, theta - delta, lets two steps cost 1/lambda and breaks the bound when delta = 1), and
+audits the release under add/remove and replace.
 `structure_epsilon` bounds eps_add from above in exact rationals: 1 - p <= min(1/lambda,
 1 - L(1/lambda)), p <= 1/E(1/lambda) and p^delta <= 1/E(delta/lambda), where E(u) =
 sum_{k<=12} u^k/k! <= e^u and L(u) = sum_{k<=13} (-u)^k/k! <= e^-u (Taylor with an odd last
@@ -284,9 +286,15 @@ def plan(
     )
 
 
+def clamp_floor(pt: PrivTreePlan) -> int:
+    """theta - delta + 1, the lowest biased count: at most one step of a path lies in the window
+    [floor, theta] where a split costs 1/lambda (module docstring, (a)); one lower, two can."""
+    return pt.threshold - pt.bias + 1
+
+
 def biased_counts(counts: np.ndarray, step: int, pt: PrivTreePlan) -> np.ndarray:
     """b = max(c - step*delta, theta - delta + 1): the clamp makes low counts cost nothing."""
-    return np.maximum(counts - step * pt.bias, pt.threshold - pt.bias + 1)
+    return np.maximum(counts - step * pt.bias, clamp_floor(pt))
 
 
 def _counts(codes: np.ndarray, cells: np.ndarray, free_bits: np.ndarray | int) -> np.ndarray:
