@@ -6,16 +6,18 @@ for privacy); no traceback is ever printed, since tracebacks can carry private v
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Annotated, Any
 
 import typer
 
-from dpsynth_cli import io, report
+from dpsynth_cli import __version__, io, report
 from dpsynth_cli import options as opt
-from dpsynth_cli.console import Feedback
+from dpsynth_cli.console import Feedback, print_evaluation
 from dpsynth_cli.domain import (
     ColumnSpec,
     load_schema,
@@ -28,18 +30,68 @@ from dpsynth_cli.errors import DpsynthError, UsageError
 from dpsynth_cli.privacy.noise import RandomSource
 from dpsynth_cli.synth import PLAN_RULES, SynthOptions, plan_budget, synthesize
 
+try:  # typer >= 0.22 carries its own copy of click
+    from typer._click.exceptions import NoArgsIsHelpError
+    from typer._click.exceptions import UsageError as ClickUsageError
+except ImportError:  # pragma: no cover
+    from click.exceptions import NoArgsIsHelpError
+    from click.exceptions import UsageError as ClickUsageError
+
+
+class _OneLineErrors(typer.core.TyperGroup):
+    """Flag errors found by the parser (a bad --eps value, an unknown option) as one line, like
+    every other error, instead of click's usage block."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        with _one_line_usage_errors():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: Any) -> Any:
+        with _one_line_usage_errors():
+            return super().invoke(ctx)
+
+
+@contextlib.contextmanager
+def _one_line_usage_errors() -> Iterator[None]:
+    try:
+        yield
+    except NoArgsIsHelpError:
+        raise
+    except ClickUsageError as exc:
+        where = exc.ctx.command_path if exc.ctx else "dpsynth"
+        typer.echo(f"dpsynth: error: {exc.format_message()} (see '{where} --help')", err=True)
+        raise typer.Exit(exc.exit_code) from None
+
+
 app = typer.Typer(
     name="dpsynth",
+    cls=_OneLineErrors,
     help="Differentially private synthetic data with provable 1-Wasserstein accuracy.",
-    add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"dpsynth {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _group() -> None:
+def _group(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_version,
+            is_eager=True,
+            help="Print the version and exit.",
+        ),
+    ] = False,
+) -> None:
     """Differentially private synthetic data with provable 1-Wasserstein accuracy.
 
     Run `dpsynth COMMAND --help` for a command's options and examples.
@@ -72,9 +124,18 @@ def guarded(command: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
+def _examples(*commands: str) -> str:
+    """An epilog of example commands, one a line (click's \\b keeps it from re-wrapping)."""
+    return "Examples:\n\n\b\n" + "\n".join(f"  {c}" for c in commands)
+
+
 @app.command(
-    epilog="Examples:  dpsynth synth data.csv --eps 1 --bounds age=0:120 -o synth.csv   |   "
-    "cat data.csv | dpsynth synth - --eps 0.5 --schema schema.json > synth.csv"
+    epilog=_examples(
+        "dpsynth synth data.csv --eps 1 --bounds age=0:120 --integer age -o synth.csv",
+        "dpsynth synth data.parquet --eps 1 --schema schema.json -o synth.parquet",
+        "cat data.csv | dpsynth synth - --eps 0.5 --schema schema.json --report run.json "
+        "> synth.csv",
+    )
 )
 @guarded
 def synth(
@@ -163,6 +224,10 @@ def synth(
             if p
         },
     )
+    if report_file is None:
+        feedback.notice(
+            "no report written (the output went to stdout): add --report FILE to keep it"
+        )
     feedback.summary(public, output, report_file)
 
 
@@ -210,8 +275,10 @@ def _dry_run_plan(
 
 
 @app.command(
-    epilog="Examples:  dpsynth evaluate data.csv synth.csv --from-report synth.csv.report.json   "
-    "|   dpsynth evaluate data.parquet synth.parquet --bounds age=0:120 --json > utility.json"
+    epilog=_examples(
+        "dpsynth evaluate data.csv synth.csv --from-report synth.csv.report.json",
+        "dpsynth evaluate data.parquet synth.parquet --bounds age=0:120 --json > utility.json",
+    )
 )
 @guarded
 def evaluate(
@@ -286,15 +353,18 @@ def evaluate(
         schema_specs = load_schema(schema) if schema else None
         names, _ = requested_columns(columns, schema_specs, list(declared))
     with feedback.step("reading tables"):
-        tables = [io.read_table(p, io.detect_format(p, None), names) for p in (real, synthetic)]
+        real_fmt = io.detect_format(real, None)
+        real_table = io.read_table(real, real_fmt, names)
+        if not from_report:
+            typed = real_fmt == "parquet"
+            if names is None and not typed:  # evaluate is not private: it may read the values
+                names = compare.columns_with_numbers(real_table)
+            choice = resolve_columns(real_table.schema, names, schema_specs, declared, typed=typed)
+            names = [s.name for s in choice.specs]
+        # the synthetic table must have every compared column (a one-line error otherwise)
+        tables = [real_table, io.read_table(synthetic, io.detect_format(synthetic, None), names)]
     if not from_report:
-        typed = io.detect_format(real, None) == "parquet"
-        if names is None and not typed:  # evaluate is not private: it may look at the values
-            names = compare.columns_with_numbers(tables[0])
-        choice = resolve_columns(tables[0].schema, names, schema_specs, declared, typed=typed)
         specs = compare.fill_bounds_from_data(choice.specs, *tables)
-        names = [s.name for s in specs]
-        tables[1] = io.read_table(synthetic, io.detect_format(synthetic, None), names)
     with feedback.step("computing W1"):
         result = compare.evaluate(tables[0], tables[1], specs, seed)
     if plot:
@@ -304,7 +374,8 @@ def evaluate(
         io.atomic_write_bytes(report_path, report.dumps(result))
     if json_out:
         io.write_text_stdout(report.dumps(result))
-    feedback.evaluation(result, always=not (json_out or report_path))
+    else:
+        print_evaluation(result)
 
 
 def _plot_pair(text: str | None, names: list[str]) -> tuple[int, int] | None:
@@ -318,6 +389,14 @@ def _plot_pair(text: str | None, names: list[str]) -> tuple[int, int] | None:
     return names.index(pair[0]), names.index(pair[1])
 
 
+def _terminate(signum: int, _frame: Any) -> None:
+    """SIGTERM / SIGHUP (timeout, cron, a closed terminal) end the run like Ctrl-C: exceptions
+    unwind, so temporary output files are removed and nothing partial is left behind."""
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
     """Console-script entry point."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _terminate)
     app()

@@ -62,35 +62,35 @@ class Feedback:
             table.add_row("seeded", "yes: NOT FOR RELEASE")
         self.console.print(table)
 
-    def evaluation(self, result: dict[str, Any], always: bool) -> None:
-        """The evaluate summary: shown on a terminal, or whenever it is the only output."""
-        if self.quiet or not (self.interactive or always):
-            return
-        w1 = result["w1_unit_cube"]
-        table = Table(title="dpsynth evaluate: NOT differentially private, do not release")
-        for name in ("column", "W1", "mean real", "mean synth", "std real", "std synth"):
-            table.add_column(name, justify="left" if name == "column" else "right")
-        for name, c in result["per_column"].items():
-            table.add_row(
-                name,
-                *(
-                    _fmt(x)
-                    for x in (
-                        c["w1"],
-                        c["mean"]["real"],
-                        c["mean"]["synthetic"],
-                        c["std"]["real"],
-                        c["std"]["synthetic"],
-                    )
-                ),
-            )
-        self.console.print(table)
-        rows = result["rows"]
-        self.console.print(f"rows: real {rows['real']}, synthetic {rows['synthetic']}")
-        self.console.print("W1 on the unit cube (L-infinity): " + _describe_w1(w1))
-        if result["correlation"]:
-            gap = result["correlation"]["max_abs_difference"]
-            self.console.print(f"largest correlation difference: {_fmt(gap)}")
+
+def print_evaluation(result: dict[str, Any]) -> None:
+    """The evaluate summary, a result: on stdout (so `> out.txt` keeps it), even with -q."""
+    out = Console(soft_wrap=True)
+    w1 = result["w1_unit_cube"]
+    table = Table(title="dpsynth evaluate: NOT differentially private, do not release")
+    for name in ("column", "W1", "mean real", "mean synth", "std real", "std synth"):
+        table.add_column(name, justify="left" if name == "column" else "right")
+    for name, c in result["per_column"].items():
+        table.add_row(
+            name,
+            *(
+                _fmt(x)
+                for x in (
+                    c["w1"],
+                    c["mean"]["real"],
+                    c["mean"]["synthetic"],
+                    c["std"]["real"],
+                    c["std"]["synthetic"],
+                )
+            ),
+        )
+    out.print(table)
+    rows = result["rows"]
+    out.print(f"rows: real {rows['real']}, synthetic {rows['synthetic']}")
+    out.print("W1 on the unit cube (L-infinity): " + _describe_w1(w1))
+    if result["correlation"]:
+        gap = result["correlation"]["max_abs_difference"]
+        out.print(f"largest correlation difference: {_fmt(gap)}")
 
 
 def _fmt(x: float | None) -> str:
@@ -105,5 +105,9 @@ def _describe_w1(w1: dict[str, Any]) -> str:
         sub = w1["subsample"]
         floor = sub.get("floor", {}).get("mean")
         tail = f" (real vs real at that size: {_fmt(floor)})" if floor is not None else ""
-        parts.append(f"subsample estimate {_fmt(sub.get('mean'))}{tail}")
+        outside = " (outside the certified bounds: biased upward at this size)"
+        parts.append(
+            f"subsample estimate {_fmt(sub.get('mean'))}{tail}"
+            + (outside if sub.get("outside_certified_bounds") else "")
+        )
     return "; ".join(parts)

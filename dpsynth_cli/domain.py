@@ -36,6 +36,9 @@ import pyarrow.compute as pc
 from dpsynth_cli.errors import UsageError
 
 KINDS = ("integer", "float")
+# Float outputs are rounded to this fraction of the column's public range: far below the error of
+# any mechanism here (W1 in the unit cube is rarely below 1e-3), and it keeps files small.
+OUTPUT_RESOLUTION = 1e-6
 
 
 @dataclass(frozen=True)
@@ -309,10 +312,22 @@ class Domain:
             unit = (values - lo) / width
         return np.clip(unit, 0.0, 1.0)
 
+    def decimals(self) -> dict[str, int]:
+        """Decimal places written for each float column: enough to resolve OUTPUT_RESOLUTION of
+        its public range (e.g. 4 for a range of 120, 0 for 500000). Finer digits would only
+        carry the sampler's bits, not information, and triple a CSV's size."""
+        return {
+            c.name: max(0, math.ceil(-math.log10(float(w) * OUTPUT_RESOLUTION)))
+            for c, w in zip(self.columns, self.unit_widths, strict=True)
+            if c.kind == "float"
+        }
+
     def from_unit(self, unit: np.ndarray) -> pa.Table:
-        """Back to original units; integer columns rounded and kept inside their bounds."""
+        """Back to original units; integer columns rounded, float columns rounded to
+        `decimals()`, all kept inside their bounds."""
         lo, width = self._interval()
         values = lo + unit * width
+        decimals = self.decimals()
         arrays = {}
         for j, col in enumerate(self.columns):
             if col.kind == "integer":
@@ -321,5 +336,6 @@ class Domain:
                 )
                 arrays[col.name] = pa.array(ints.astype(np.int64))
             else:
-                arrays[col.name] = pa.array(np.clip(values[:, j], col.lower, col.upper))
+                rounded = np.round(values[:, j], decimals[col.name])
+                arrays[col.name] = pa.array(np.clip(rounded, col.lower, col.upper))
         return pa.table(arrays)

@@ -22,9 +22,11 @@ import errno
 import gzip
 import os
 import re
+import signal
 import stat
 import sys
 import tempfile
+import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -93,6 +95,8 @@ def detect_format(path: str, override: str | None, *, flag: str | None = None) -
     for ext, fmt in _EXTENSIONS:
         if lower.endswith(ext):
             return fmt
+    if os.path.isdir(path):
+        raise UsageError(f"{path} is a directory, not a file")
     flags = flag or "--input-format or --output-format"
     raise UsageError(
         f"cannot tell the format of {path} from its extension (.csv, .csv.gz, .parquet, .pq); "
@@ -515,10 +519,10 @@ def atomic_output(path: str) -> Iterator[BinaryIO]:
     directory is a UsageError; an OS error while writing is a DataError.
     """
     target, directory = _check_output_path(path)
+    prefix = _temp_prefix(target)
+    _remove_stale_temps(directory, prefix)
     try:
-        fd, tmp = tempfile.mkstemp(
-            dir=directory, prefix=f".{os.path.basename(target)}.", suffix=".tmp"
-        )
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f"{prefix}{os.getpid()}-", suffix=".tmp")
     except OSError as exc:
         raise DataError(f"cannot write {path}: {_reason(exc)}") from None
     try:
@@ -541,6 +545,34 @@ def atomic_output(path: str) -> Iterator[BinaryIO]:
             raise DataError(f"cannot write {path}: {_reason(exc)}") from None
         raise
     _fsync_dir(directory)
+
+
+def _temp_prefix(target: str) -> str:
+    """Temporary files are named `.NAME.dpsynth-PID-XXXX.tmp`, so they can be recognised."""
+    return f".{os.path.basename(target)}.dpsynth-"
+
+
+def _remove_stale_temps(directory: str, prefix: str) -> None:
+    """Remove temporary files of this output left by a run that was killed (SIGKILL, power loss):
+    those whose process is gone. A live process's file (a concurrent run) is left alone."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir(directory):
+            if not (name.startswith(prefix) and name.endswith(".tmp")):
+                continue
+            pid = name[len(prefix) :].partition("-")[0]
+            if pid.isdigit() and not _alive(int(pid)):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(directory, name))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # e.g. another user's process: it exists
+        return True
+    return True
 
 
 def _fsync_dir(directory: str) -> None:
@@ -596,6 +628,7 @@ def write_outputs(
     if len(set(resolved)) != len(resolved):
         raise UsageError(f"two outputs would be written to the same file ({', '.join(files)})")
     with contextlib.ExitStack() as stack:  # commit together: temp files first, renames last
+        stack.callback(_set_signals_blocked, False)  # runs after every rename
         for out, content in extra.items():
             data = content.encode("utf-8") if isinstance(content, str) else content
             stack.enter_context(atomic_output(out)).write(data)
@@ -603,8 +636,19 @@ def write_outputs(
             fh = stack.enter_context(atomic_output(path))
             for chunk in _serialise(table, path, fmt):
                 fh.write(chunk)
+        _set_signals_blocked(True)  # a SIGTERM now waits until all renames are done
     if path == STDIO:  # after the extra files: the reader may close the pipe at any time
         _write_stdout(_serialise(table, path, fmt))
+
+
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+def _set_signals_blocked(blocked: bool) -> None:
+    """Hold back stop signals while outputs are renamed into place, so that a run stopped then
+    leaves all of its files or none (a pending signal is delivered when they are unblocked)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.pthread_sigmask(signal.SIG_BLOCK if blocked else signal.SIG_UNBLOCK, _STOP_SIGNALS)
 
 
 def _refuse_input(out: str, input_path: str | None) -> None:

@@ -73,7 +73,12 @@ def build_report(
         "domain_source": {**columns.to_json(), "note": DOMAIN_NOTE},
         "mechanism": run.description,
         "ledger": ledger.to_json(),
-        "output": {**output, "rows": output_rows},
+        "output": {
+            **output,
+            "rows": output_rows,
+            "float_decimals": domain.decimals(),
+            "float_decimals_note": "float columns are rounded to 1e-6 of their public range",
+        },
         "accuracy": accuracy_block(run, domain, noisy_rows),
     }
 

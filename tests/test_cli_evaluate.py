@@ -37,12 +37,32 @@ def test_translated_copy_has_w1_equal_to_the_shift(runner, tmp_path):
     assert report["correlation"]["max_abs_difference"] == pytest.approx(0, abs=1e-9)
 
 
-def test_summary_table_on_stderr_says_not_private(runner, tmp_path):
+def test_summary_table_on_stdout_says_not_private(runner, tmp_path):
     real, synth = tables(tmp_path)
     result = evaluate(runner, real, synth, "--bounds", "x=0:1", "--bounds", "y=0:1")
     assert result.exit_code == 0, result.output
-    assert "NOT differentially private" in result.stderr and "W1" in result.stderr
-    assert result.stdout == ""
+    assert "NOT differentially private" in result.stdout and "W1" in result.stdout
+    assert result.stderr == ""  # results go to stdout; stderr holds only notes and errors
+    quiet = evaluate(runner, real, synth, "--bounds", "x=0:1", "--bounds", "y=0:1", "-q")
+    assert quiet.stdout == result.stdout  # -q silences notes, not the result
+
+
+def test_synthetic_table_without_a_compared_column_is_a_one_line_error(runner, tmp_path):
+    real, synth = tables(tmp_path)
+    pd.read_parquet(synth)[["x"]].to_parquet(synth)
+    result = evaluate(runner, real, synth)
+    assert result.exit_code == 2
+    assert (
+        result.stderr.strip() == f"dpsynth: error: column 'y' not found in {synth} (available: x)"
+    )
+
+
+def test_an_estimate_outside_its_bracket_is_flagged():
+    from dpsynth_cli.console import _describe_w1
+
+    sub = {"mean": 0.0246, "floor": {"mean": 0.02}, "outside_certified_bounds": True}
+    text = _describe_w1({"lower": 0.001, "upper": 0.0105, "subsample": sub})
+    assert "0.0246" in text and "outside the certified bounds" in text
 
 
 def test_from_report_reuses_synth_columns_and_bounds(runner, tmp_path):

@@ -56,7 +56,7 @@ def test_seed_reproduces_and_rows_resamples(runner, small_csv, tmp_path):
 
 def test_stdin_to_stdout_in_a_pipe(small_csv):
     cmd = [sys.executable, "-m", "dpsynth_cli", "synth", "-", "--eps", "1", *BOUNDS, "--seed", "2"]
-    cmd += ["--columns", "age,score"]
+    cmd += ["--columns", "age,score", "--quiet"]
     with open(small_csv, "rb") as stdin:
         done = subprocess.run(cmd, stdin=stdin, capture_output=True, check=False)
     assert done.returncode == 0
@@ -295,3 +295,58 @@ def test_seeded_runs_say_not_for_release_everywhere(runner, small_csv, tmp_path)
     assert pq.read_table(out).schema.metadata[b"dpsynth.release"] == NOT_FOR_RELEASE.encode()
     assert synth(runner, small_csv, "--eps", 1, *BOUNDS, "-o", out).exit_code == 0
     assert pq.read_table(out).schema.metadata is None  # an unseeded output carries no mark
+
+
+def test_stdout_output_says_no_report_was_written(runner, small_csv):
+    result = synth(runner, small_csv, "--eps", 1, *BOUNDS, "--columns", "age,score")
+    assert result.exit_code == 0
+    assert "no report written (the output went to stdout): add --report FILE" in result.stderr
+
+
+def test_version_short_help_and_completion(runner):
+    from dpsynth_cli import __version__
+
+    assert runner.invoke(app, ["--version"]).stdout == f"dpsynth {__version__}\n"
+    short = runner.invoke(app, ["synth", "-h"])
+    assert short.exit_code == 0 and "--eps" in short.stdout
+    top = runner.invoke(app, ["-h"]).stdout
+    assert "--install-completion" in top and "--version" in top
+
+
+def test_help_examples_are_separate_commands(runner):
+    text = runner.invoke(app, ["synth", "--help"]).stdout
+    examples = text[text.index("Examples:") :].splitlines()
+    commands = [line.strip() for line in examples if line.strip().startswith(("dpsynth", "cat "))]
+    assert len(commands) == 3 and all("|   " not in c for c in commands)
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--eps", "abc"], "Invalid value for '--eps'"),
+        (["--eps", "1", "--bogus"], "No such option: --bogus"),
+    ],
+)
+def test_flag_errors_are_one_line(runner, small_csv, args, words):
+    result = runner.invoke(app, ["synth", str(small_csv), *args])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dpsynth: error: ") and words in lines[0]
+
+
+def test_directory_input_is_named_a_directory(runner, tmp_path):
+    for path in (tmp_path / "data", tmp_path / "data.csv"):
+        path.mkdir()
+        result = synth(runner, path, "--eps", 1)
+        assert result.exit_code in (1, 2) and f"{path} is a directory" in result.stderr
+
+
+def test_notices_are_not_wrapped_in_logs(small_csv, tmp_path):
+    """A notice is one line whatever the terminal width (cron logs, pipes)."""
+    cmd = [sys.executable, "-m", "dpsynth_cli", "synth", str(small_csv), "--eps", "1"]
+    cmd += ["--bounds", "age=0:100", "--bounds", "score=0:1", "-o", str(tmp_path / "o.csv")]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, env={"COLUMNS": "40"})
+    assert done.returncode == 0, done.stderr
+    notes = done.stderr.splitlines()
+    assert notes and all(line.startswith("dpsynth: ") for line in notes)
+    assert any(len(line) > 80 for line in notes)

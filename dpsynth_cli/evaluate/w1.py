@@ -269,6 +269,12 @@ def w1_summary(
         "repeats": subsample_repeats,
         "note": "biased upward (E[estimate] >= W1); an estimate, not a bound",
     }
+    if not out["lower"] <= mean <= out["upper"]:
+        out["subsample"]["outside_certified_bounds"] = True
+        out["subsample"]["outside_note"] = (
+            "the estimate lies outside the certified bounds, which hold; it is biased upward at "
+            "this subsample size (compare its floor)"
+        )
     kinds = {"lower": "lower_bound", "upper": "upper_bound", "subsample": "subsample_estimate"}
     if floor:
         floor_mean, floor_std = w1_subsample_floor(X, subsample_size, subsample_repeats, rng)

@@ -1,0 +1,54 @@
+"""Stopping a run (SIGTERM from `timeout` or a cron job killer, SIGHUP, Ctrl-C) leaves no partial
+output and no temporary file; temporary files of a killed run (SIGKILL) are removed later."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from dpsynth_cli import io as dio
+
+
+def start(tmp_path, rows: int) -> subprocess.Popen:
+    src = tmp_path / "in.csv"
+    src.write_text("a,b\n" + "1,0.5\n" * 100)
+    cmd = [sys.executable, "-m", "dpsynth_cli", "synth", str(src), "--eps", "1"]
+    cmd += ["--bounds", "a=0:9", "--bounds", "b=0:1", "--rows", str(rows)]
+    cmd += ["-o", str(tmp_path / "out.csv")]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_stop_signal_during_write_leaves_nothing(tmp_path, sig):
+    proc = start(tmp_path, 2_000_000)
+    deadline = time.monotonic() + 60
+    while not any(".dpsynth-" in n for n in os.listdir(tmp_path)):  # the write has begun
+        assert proc.poll() is None and time.monotonic() < deadline, "the write never started"
+        time.sleep(0.005)
+    proc.send_signal(sig)
+    code = proc.wait(timeout=60)
+    assert code in (128 + sig, 130), proc.stderr.read()
+    assert b"Traceback" not in proc.stderr.read()
+    assert sorted(os.listdir(tmp_path)) == ["in.csv"]
+
+
+def test_stale_temporary_files_of_dead_runs_are_removed(tmp_path):
+    target = tmp_path / "out.csv"
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        text=True,
+        capture_output=True,
+        check=True,
+    )
+    stale = tmp_path / f".out.csv.dpsynth-{int(dead.stdout)}-abc.tmp"
+    live = tmp_path / f".out.csv.dpsynth-{os.getpid()}-def.tmp"  # a concurrent run's: kept
+    other = tmp_path / ".other.csv.dpsynth-1-x.tmp"  # another output's: not ours to judge
+    for path in (stale, live, other):
+        path.write_text("partial")
+    dio.atomic_write_bytes(str(target), "done")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name, "out.csv"])
