@@ -207,6 +207,7 @@ def synth(
         ledger=result.ledger,
         run=result.run,
         noisy_rows=result.noisy_rows,
+        signal=result.signal,
         output_rows=result.table.num_rows,
         output={"path": output, "format": out_fmt},
     )

@@ -25,9 +25,12 @@ DOMAIN_NOTE = (
 )
 
 
-def accuracy_block(run: MechanismRun, domain: Domain, noisy_rows: int) -> dict[str, Any]:
-    """The mechanism's a-priori W1 bound at the noisy count, in the unit cube and per column."""
-    block: dict[str, Any] = {"guarantee": run.guarantee}
+def accuracy_block(
+    run: MechanismRun, domain: Domain, noisy_rows: int, signal: dict[str, Any]
+) -> dict[str, Any]:
+    """The mechanism's a-priori W1 bound at the noisy count, in the unit cube and per column,
+    and whether the output carries signal (`uniformity.signal_block`)."""
+    block: dict[str, Any] = {"guarantee": run.guarantee, "signal": signal}
     if run.w1_bound is None:
         return block
     bound = run.w1_bound
@@ -57,6 +60,7 @@ def build_report(
     ledger: Ledger,
     run: MechanismRun,
     noisy_rows: int,
+    signal: dict[str, Any],
     output_rows: int,
     output: dict[str, Any],
 ) -> dict[str, Any]:
@@ -79,7 +83,7 @@ def build_report(
             "float_decimals": domain.decimals(),
             "float_decimals_note": "float columns are rounded to 1e-6 of their public range",
         },
-        "accuracy": accuracy_block(run, domain, noisy_rows),
+        "accuracy": accuracy_block(run, domain, noisy_rows, signal),
     }
 
 

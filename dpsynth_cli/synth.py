@@ -24,6 +24,7 @@ from dpsynth_cli.mechanisms.bounds import estimate_bounds
 from dpsynth_cli.mechanisms.count import noisy_count
 from dpsynth_cli.privacy.ledger import Ledger, check_epsilon, round_down
 from dpsynth_cli.privacy.noise import RandomSource
+from dpsynth_cli.uniformity import signal_block, weak_guarantee_notice
 
 DEFAULT_BOUNDS_SHARE = 0.1
 COUNT_SHARE = 0.05
@@ -112,6 +113,7 @@ class SynthResult:
     ledger: Ledger
     run: MechanismRun
     noisy_rows: int
+    signal: dict[str, Any]
     diagnostics: dict[str, Any] | None = None
     notices: list[str] = field(default_factory=list)
 
@@ -138,7 +140,9 @@ def synthesize(
         rows=options.rows,
     )
     table_out = domain.from_unit(run.points)
-    result = SynthResult(table_out, domain, budget, ledger, run, n_hat, notices=notices)
+    signal, signal_notices = signal_block(run.points, [s.name for s in specs], run.w1_bound)
+    notices += weak_guarantee_notice(options.epsilon) + signal_notices
+    result = SynthResult(table_out, domain, budget, ledger, run, n_hat, signal, notices=notices)
     if options.diagnostics:
         result.diagnostics = _diagnostics(X, run.points)
     return result
