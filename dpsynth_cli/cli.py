@@ -152,6 +152,7 @@ def synth(
     bounds_eps: opt.BoundsEps = None,
     neighboring: opt.Neighboring = "add-remove",
     mechanism: opt.Mechanism = "auto",
+    dim: opt.Dim = "full",
     rows: opt.Rows = None,
     seed: opt.Seed = None,
     report_path: opt.Report = None,
@@ -161,7 +162,9 @@ def synth(
 ) -> None:
     """Write DP synthetic data close to INPUT in 1-Wasserstein distance, and a JSON report."""
     feedback = Feedback(quiet)
-    options = SynthOptions(eps, bounds_eps, neighboring, mechanism, rows, diagnostics is not None)
+    options = SynthOptions(
+        eps, bounds_eps, neighboring, mechanism, rows, diagnostics is not None, dim
+    )
     schema_specs = load_schema(schema) if schema else None
     declared = {name: (lo, hi) for name, lo, hi in map(parse_bounds_flag, bounds or [])}
     integers = parse_names(integer, "--integer")
@@ -272,6 +275,26 @@ def _dry_run_plan(
         "budget_plan": budget,
         "plan_rule": PLAN_RULES[options.mechanism],
         "noise": "discrete Laplace, exact rational scales",
+        **_dim_plan(options.dim),
+    }
+
+
+def _dim_plan(dim: str) -> dict[str, Any]:
+    if dim.strip().lower() == "full":
+        return {"dim": "full"}
+    from dpsynth_cli.mechanisms import lowdim
+
+    return {
+        "dim": dim,
+        "dim_plan": {
+            "epsilon_shares_of_mechanism": {
+                "first_moments": float(lowdim.FIRST_MOMENT_SHARE),
+                "second_moments": float(lowdim.SECOND_MOMENT_SHARE),
+                "inner": "the rest",
+            },
+            "dim_rule": lowdim.DIM_RULE if dim.strip().lower() == "auto" else "fixed by --dim",
+            "inner_mechanism": "--mechanism, on the coordinates in the private subspace",
+        },
     }
 
 

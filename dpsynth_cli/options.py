@@ -155,6 +155,18 @@ Mechanism = Annotated[
         "al. 2010) and pruning. Only pmm carries an a-priori W1 bound.",
     ),
 ]
+Dim = Annotated[
+    str,
+    _opt(
+        "--dim",
+        metavar="auto|N|full",
+        show_default=True,
+        help="Synthesise in a private low-dimensional subspace (dissertation ch. 4), e.g. "
+        "--dim auto: private mean and covariance, the top N principal directions, --mechanism "
+        "inside them, back to all columns. auto chooses N from the private spectrum; full (the "
+        "default) uses all columns as they are.",
+    ),
+]
 Rows = Annotated[
     int | None,
     _opt(

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from dpsynth_cli.domain import ColumnSpec, Domain, value_matrix
 from dpsynth_cli.errors import UsageError
-from dpsynth_cli.mechanisms import hierarchy, pmm, privtree, select
+from dpsynth_cli.mechanisms import hierarchy, lowdim, pmm, privtree, select
 from dpsynth_cli.mechanisms.base import Mechanism, MechanismRun
 from dpsynth_cli.mechanisms.bounds import estimate_bounds
 from dpsynth_cli.mechanisms.count import noisy_count
@@ -56,6 +56,7 @@ class SynthOptions:
     mechanism: str = "auto"
     rows: int | None = None
     diagnostics: bool = False
+    dim: str = "full"
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,8 @@ def plan_budget(options: SynthOptions, specs: list[ColumnSpec]) -> BudgetPlan:
         raise UsageError(f"--mechanism must be one of {', '.join(MECHANISMS)}")
     if options.rows is not None and options.rows < 0:
         raise UsageError("--rows must be a non-negative integer")
+    if specs:
+        lowdim.parse_dim(options.dim, len(specs))  # a bad --dim is refused before data is read
     undeclared = [s.name for s in specs if not s.has_bounds]
     bounds: dict[str, Fraction] = {}
     if undeclared:
@@ -129,16 +132,20 @@ def synthesize(
     domain = Domain(tuple(specs))
     X = domain.to_unit(values)
     n_hat = noisy_count(X.shape[0], budget.count, source.spawn("count"), ledger)
-    run = MECHANISMS[options.mechanism](
-        X,
-        epsilon=budget.mechanism,
-        noisy_rows=n_hat,
-        relation=options.relation,
-        source=source.spawn(options.mechanism),
-        ledger=ledger,
-        rng=source.spawn("post-processing").numpy_generator(),
-        rows=options.rows,
-    )
+    call = {
+        "epsilon": budget.mechanism,
+        "noisy_rows": n_hat,
+        "relation": options.relation,
+        "ledger": ledger,
+        "rng": source.spawn("post-processing").numpy_generator(),
+        "rows": options.rows,
+    }
+    dim = lowdim.parse_dim(options.dim, len(specs))
+    if dim == 0:  # --dim full: the mechanism on all columns
+        run = MECHANISMS[options.mechanism](X, source=source.spawn(options.mechanism), **call)
+    else:
+        inner = MECHANISMS[options.mechanism]
+        run = lowdim.run(X, source=source.spawn("lowdim"), dim=dim, inner=inner, **call)
     table_out = domain.from_unit(run.points)
     signal, signal_notices = signal_block(run.points, [s.name for s in specs], run.w1_bound)
     notices += weak_guarantee_notice(options.epsilon) + signal_notices

@@ -1,0 +1,167 @@
+"""`--dim`: low-dimensional synthesis of wide tables through a private subspace (dissertation
+ch. 4: Algorithm 5 with Algorithms 6-9, Theorem 4.1, adaptive d' of §4.5, d' = 1 of §4.6).
+
+Steps (each release is a ledger entry; everything after the releases is post-processing):
+1. Private first and second moments (`moments.release`: noisy sums on a public grid, no true n),
+   with SECOND_MOMENT_SHARE and FIRST_MOMENT_SHARE of the mechanism's epsilon. The covariance and
+   the centre m (the private mean) follow with the noisy count.
+2. The top d' eigenvectors V of the private covariance: d' fixed by `--dim N`, or chosen by
+   `choose_dim` from the noisy spectrum, eps, d and the noisy count (§4.5's rule, d' = 1
+   allowed; d' = d means no projection, and the full-dimensional synthesiser runs on the rows).
+3. Coordinates a = V^T (x - m). Instead of §4.3's ball of radius R enlarged to a cube of side 2R,
+   the box is the exact range of each coordinate over the unit cube, [sum_j min(0, V_jk) - m.V_k,
+   sum_j max(0, V_jk) - m.V_k], which depends only on V and m (free) and is never larger.
+4. The in-subspace synthesiser (`--mechanism`, default auto) runs on the coordinates rescaled from
+   that box to [0,1]^d' with the rest of the epsilon and the same noisy count. The map x -> a is
+   fixed by released values, so the composition is sequential (each row is one point in both).
+5. Back to R^d: y = m + V a, then the metric projection onto [0,1]^d (coordinate clipping is the
+   L-infinity projection, Algorithm 5's last step).
+
+Neighbouring relation: that of the run (add/remove by default); the moments' sensitivities are
+in `moments`, the inner mechanism's in its module.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from dpsynth_cli.errors import UsageError
+from dpsynth_cli.mechanisms import moments
+from dpsynth_cli.mechanisms.base import Mechanism, MechanismRun
+from dpsynth_cli.privacy.ledger import Ledger, histogram_sensitivity, round_down
+from dpsynth_cli.privacy.noise import RandomSource
+
+SECOND_MOMENT_SHARE = Fraction(1, 4)  # of the mechanism epsilon: the covariance (basis, d')
+FIRST_MOMENT_SHARE = Fraction(1, 20)  # the centre
+DIM_RULE = (
+    "d' = argmin over 1 <= k <= d of sqrt(max(0, sum_{i>k} noisy eigenvalue_i + 2 k noise_norm)) "
+    "+ sqrt(d/k) (eps_inner * noisy_rows / sensitivity)^(-1/k) (dissertation §4.5 with Lemma "
+    "4.3's private-PCA term; k = 1 allowed); k = d: no projection"
+)
+
+
+def parse_dim(text: str, d: int) -> int | None:
+    """`--dim auto|N|full` for d declared columns: N, None for auto, 0 for full."""
+    value = text.strip().lower()
+    if value == "full":
+        return 0
+    if d < 2:
+        raise UsageError("--dim needs at least two columns")
+    if value == "auto":
+        return None
+    try:
+        k = int(value)
+    except ValueError:
+        raise UsageError(f"--dim '{text}': expected auto, full or a number of dimensions") from None
+    if not 1 <= k <= d:
+        raise UsageError(f"--dim {k}: must be between 1 and the number of columns ({d})")
+    return k
+
+
+def split(epsilon: Fraction) -> tuple[Fraction, Fraction, Fraction]:
+    """(first moments, second moments, inner synthesiser) epsilons; they sum to at most epsilon."""
+    second = round_down(epsilon * SECOND_MOMENT_SHARE)
+    first = round_down(epsilon * FIRST_MOMENT_SHARE)
+    return first, second, epsilon - first - second
+
+
+def choose_dim(
+    spectrum: np.ndarray, noise_norm: float, eps_inner: Fraction, noisy_rows: int, relation: str
+) -> int:
+    """§4.5's rule on the noisy spectrum (descending), public and released inputs only, with the
+    private-PCA term kept: by Lemma 4.3 projecting on the top k noisy directions costs (in W2^2)
+    the tail sum of eigenvalues plus 2 k ||A||, where ||A|| is the noise matrix's norm (public);
+    §4.5 drops the 2 k ||A|| because its bound by d^2.5/(eps n) does not depend on k, but the
+    true term does, and the noisy tail sum is biased low by as much. k = d is no projection."""
+    d = spectrum.size
+    signal = max(float(eps_inner) * max(noisy_rows, 1) / histogram_sensitivity(relation), 1.0)
+    tails = np.concatenate([np.cumsum(spectrum[::-1])[::-1][1:], [0.0]])  # sum_{i>k}, k=1..d
+    k = np.arange(1, d + 1)
+    projection = np.sqrt(np.maximum(tails + 2.0 * k * noise_norm, 0.0))
+    projection[-1] = 0.0
+    score = projection + np.sqrt(d / k) * signal ** (-1.0 / k)
+    return int(k[np.argmin(score)])
+
+
+def subspace_box(basis: np.ndarray, centre: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Exact range of each coordinate V_k^T (x - m) over x in [0,1]^d (step 3)."""
+    shift = centre @ basis
+    return np.minimum(basis, 0).sum(axis=0) - shift, np.maximum(basis, 0).sum(axis=0) - shift
+
+
+def theorem_terms(
+    spectrum: np.ndarray, k: int, eps_inner: Fraction, noisy_rows: int
+) -> dict[str, float]:
+    """The three terms of Theorem 4.1 / (4.29) at the parameters used, up to absolute constants
+    (the noisy spectrum and count stand in for the true ones)."""
+    d = spectrum.size
+    en = max(float(eps_inner) * max(noisy_rows, 1), 1.0)
+    return {
+        "projection": math.sqrt(max(float(spectrum[k:].sum()), 0.0)),
+        "private_pca": math.sqrt(k * d**2.5 / en),
+        "synthesis": math.sqrt(d / k) * en ** (-1.0 / k),
+    }
+
+
+def run(
+    X: np.ndarray,
+    *,
+    epsilon: Fraction,
+    noisy_rows: int,
+    relation: str,
+    source: RandomSource,
+    ledger: Ledger,
+    rng: np.random.Generator,
+    rows: int | None,
+    dim: int | None,
+    inner: Mechanism,
+) -> MechanismRun:
+    """Algorithm 5 with `inner` as the in-subspace synthesiser; `dim` None chooses d'."""
+    d = X.shape[1]
+    eps_first, eps_second, eps_inner = split(epsilon)
+    released = moments.release(X, eps_first, eps_second, source.spawn("moments"), ledger)
+    centre = released.mean(noisy_rows)
+    values, vectors = np.linalg.eigh(released.covariance(noisy_rows))
+    spectrum, vectors = values[::-1], vectors[:, ::-1]
+    noise_norm = released.noise_norm(noisy_rows)
+    k = (
+        dim
+        if dim is not None
+        else choose_dim(spectrum, noise_norm, eps_inner, noisy_rows, relation)
+    )
+    description: dict[str, Any] = {
+        "name": "lowdim",
+        "algorithm": "dissertation Algorithm 5 (ch. 4) with exact noisy moments",
+        "dim": k,
+        "dim_chosen_by": "--dim" if dim is not None else DIM_RULE,
+        "noisy_spectrum": spectrum.tolist(),
+        "noise_norm": noise_norm,
+        "epsilon_split": {
+            "first_moments": float(eps_first),
+            "second_moments": float(eps_second),
+            "inner": float(eps_inner),
+        },
+        "centre_unit_cube": centre.tolist(),
+        "theorem_4_1_terms": theorem_terms(spectrum, k, eps_inner, noisy_rows),
+        "theorem_4_1_note": "E W1 <~ sum of these terms, up to absolute constants",
+    }
+    call = {"noisy_rows": noisy_rows, "relation": relation, "ledger": ledger, "rng": rng}
+    if k == d and dim is None:  # no projection is best: the full-dimensional synthesiser
+        full = inner(X, epsilon=eps_inner, source=source.spawn("inner"), rows=rows, **call)
+        description["projection"] = "none (d' = d)"
+        description["inner"] = full.description
+        return MechanismRun(full.points, description, full.guarantee)
+    basis = vectors[:, :k]
+    lo, hi = subspace_box(basis, centre)
+    width = hi - lo
+    coords = np.clip(((X - centre) @ basis - lo) / width, 0.0, 1.0)
+    sub = inner(coords, epsilon=eps_inner, source=source.spawn("inner"), rows=rows, **call)
+    points = np.clip(centre + (lo + sub.points * width) @ basis.T, 0.0, 1.0)
+    description["basis"] = basis.T.tolist()
+    description["subspace_box"] = {"lower": lo.tolist(), "upper": hi.tolist()}
+    description["inner"] = sub.description
+    return MechanismRun(points, description, sub.guarantee)
