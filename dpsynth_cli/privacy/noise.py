@@ -487,3 +487,115 @@ def analysis_generator(seed: int | None) -> np.random.Generator:
     with no seed they are fixed (seed 0) so that two evaluations of the same files agree.
     """
     return RandomSource.seeded(0 if seed is None else seed).spawn("analysis").numpy_generator()
+
+
+# -- exact discrete Gaussian (CKS 2020, Algorithm 3) --------------------------------------------
+
+_VAR_LIMIT = 1 << 110  # numerator and denominator of sigma^2 (big-int arithmetic, any size works)
+
+
+def _bern_big(source: RandomSource, nums: list[int], den: int) -> np.ndarray:
+    """Exact Bernoulli(num/den) for 0 <= num < den of any size (Python ints), elementwise.
+
+    U uniform in [0,1) is read 64 bits at a time: U < p iff the first 64-bit word W of U is below
+    P64 = floor(p 2^64), or W == P64 and the comparison continues on the next word (probability
+    2^-64 per entry, resolved exactly with Python ints). No rounding anywhere.
+    """
+    p64 = np.array([(x << 64) // den for x in nums], dtype=_U64)
+    w = source.words(len(nums))
+    res = w < p64
+    for i in np.flatnonzero(w == p64):
+        rem = (nums[i] << 64) - int(p64[i]) * den
+        while True:
+            nxt = (rem << 64) // den
+            word = int(source.words(1)[0])
+            if word != nxt:
+                res[i] = word < nxt
+                break
+            rem = (rem << 64) - nxt * den
+    return res
+
+
+def _bern_exp_frac_big(source: RandomSource, nums: list[int], den: int) -> np.ndarray:
+    """Bernoulli(exp(-num/den)) for 0 <= num/den < 1, big ints (CKS 2020 Alg. 1: k = 1; while
+    Bernoulli(num/(den k)): k += 1; return k odd)."""
+    res = np.empty(len(nums), dtype=bool)
+    pend = np.arange(len(nums))
+    k = 1
+    while pend.size:
+        hit = _bern_big(source, [nums[i] for i in pend], den * k)
+        res[pend[~hit]] = bool(k & 1)
+        pend = pend[hit]
+        k += 1
+    return res
+
+
+def _gauss_accept(source: RandomSource, y: np.ndarray, s2: Fraction, t: int) -> np.ndarray:
+    """Accept each proposal y w.p. exp(-(|y| - s2/t)^2 / (2 s2)), exactly (CKS 2020 Alg. 3).
+
+    With s2 = a/b the exponent is (|y| t b - a)^2 / (2 a b t^2): integers, split into a whole part
+    (``bernoulli_exp``, Bernoulli(exp(-1)) trials) and a fraction below 1 (big-int coins).
+    """
+    a, b = s2.numerator, s2.denominator
+    den = 2 * a * b * t * t
+    nums = [(abs(int(v)) * t * b - a) ** 2 for v in y]
+    whole = np.array([x // den for x in nums], dtype=np.int64)
+    ok = bernoulli_exp(source, whole, np.ones_like(whole))
+    idx = np.flatnonzero(ok)
+    if idx.size:
+        ok[idx] = _bern_exp_frac_big(source, [nums[i] % den for i in idx], den)
+    return ok
+
+
+def _check_variance(sigma2: Fraction | int) -> Fraction:
+    if isinstance(sigma2, float | np.floating) or isinstance(sigma2, bool):
+        raise TypeError("sigma^2 must be an exact Fraction or int (use as_scale on a float)")
+    if not isinstance(sigma2, Fraction | int | np.integer):
+        raise TypeError("sigma^2 must be a Fraction")
+    s2 = Fraction(sigma2)
+    if s2 <= 0:
+        raise ValueError("sigma^2 must be > 0")
+    if s2.numerator >= _VAR_LIMIT or s2.denominator >= _VAR_LIMIT:
+        raise ValueError("sigma^2 numerator and denominator must be < 2**110")
+    return s2
+
+
+def discrete_gaussian(source: RandomSource, sigma2: Fraction | int, size: int) -> np.ndarray:
+    """``size`` exact discrete Gaussian draws: P(z) ∝ exp(-z^2 / (2 sigma2)), int64.
+
+    CKS 2020 Algorithm 3: t = floor(sigma) + 1; propose Y from the discrete Laplace of scale t
+    (this module's exact sampler), accept with probability exp(-(|Y| - sigma^2/t)^2 / (2 sigma^2))
+    (exact rational Bernoulli); otherwise propose again. sigma2 is an exact rational; random bits,
+    integer and big-integer arithmetic only. Needs floor(sigma) + 1 < 2**56.
+
+    Privacy (CKS 2020 Theorem 4): adding it to an integer vector query of L2 sensitivity Delta is
+    (Delta^2 / (2 sigma2))-zCDP, as for the continuous Gaussian.
+    """
+    s2 = _check_variance(sigma2)
+    if size < 0:
+        raise ValueError("size must be >= 0")
+    t = math.isqrt(s2.numerator // s2.denominator) + 1  # floor(sqrt(s2)) + 1
+    if t >= _T_LIMIT:
+        raise ValueError("sigma too large: floor(sigma) + 1 must be < 2**56")
+    out = np.empty(int(size), dtype=np.int64)
+    pend = np.arange(int(size))
+    while pend.size:
+        y = discrete_laplace(source, Fraction(t), pend.size)
+        ok = _gauss_accept(source, y, s2, t)
+        out[pend[ok]] = y[ok]
+        pend = pend[~ok]
+    return out
+
+
+def variance_up(x: float | Fraction, rel_bits: int = 40) -> Fraction:
+    """A variance as an exact Fraction rounded UP to ``rel_bits`` significant bits (dyadic).
+
+    Like ``as_scale`` (more noise is always safe) but relative, so tiny and huge variances both
+    keep small exact representations for ``discrete_gaussian``.
+    """
+    exact = Fraction(x) if not isinstance(x, np.floating) else Fraction(float(x))
+    if exact <= 0:
+        raise ValueError("variance must be > 0")
+    shift = rel_bits - (exact.numerator.bit_length() - exact.denominator.bit_length())
+    num = -(-exact.numerator * (1 << max(shift, 0)) // (exact.denominator << max(-shift, 0)))
+    return Fraction(num, 1 << max(shift, 0)) * (1 << max(-shift, 0))

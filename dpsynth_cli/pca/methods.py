@@ -1,0 +1,271 @@
+"""The k-PCA methods on a Stream (Düngler & Sanyal, "An Iterative Algorithm for Differentially
+Private k-PCA with Adaptive Noise": Algorithms 1-3, 6-7 and the Appendix G baselines).
+
+Each method takes a zCDP budget rho for its data-touching steps and returns the k components
+(rows, orthonormal), eigenvalue estimates and a description with every constant. Privacy of each
+step is stated where it is computed; slots (stream.py) make rounds and batches compose in
+parallel, so a method costs the rho of one slot. Every constant the paper leaves open is a named
+module constant, recorded in the description.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.linalg.blas import dsyrk
+
+from dpsynth_cli.pca import gauss
+from dpsynth_cli.pca.stream import Stream, slot_labels, slot_members
+from dpsynth_cli.privacy import noise
+
+# -- constants (recorded in every report) -------------------------------------------------------
+FACTOR_BITS = 14  # DP-Gauss-1: factor entries on the grid 2^(ceil(log2 beta) - 14)
+K_TAIL = 1.0  # K of Assumption A.4 (Appendix G: K = 1)
+A_TAIL = 1  # a of Assumption A.4 (Appendix G: a = 1)
+TAU = 0.01  # failure probability tau (Appendix G sets zeta = 0.01 for every method)
+RANGE_SIGMAS = 20.0  # PrivRange groups: k_r = RANGE_SIGMAS x the histogram noise's std
+RANGE_OCTAVES = 64  # PrivRange bins 2^(l/4) span 64 octaves below the public maximum
+MIN_BATCH_GROUPS = 4  # k-DP-PCA batch B >= 4 k_r rows (two per group in each half)
+ETA_A = 0.05  # k-DP-PCA learning rate 1/(lam (ETA_A + ETA_GAP t / log n)), Appendix G's form
+ETA_GAP = 0.5  # (lambda_i - lambda_{i+1}) / lambda_i assumed by the rate (the true gap is private)
+GUARD_SIGMAS = 4.0  # k-DP-PCA: truncation half-width >= 4 std of the centre's noise (+ drift)
+OJA_STEPS = 10  # k-DP-Ojas steps per round (batches of about n / (k OJA_STEPS) fresh rows)
+OJA_ETA0 = 1.0  # k-DP-Ojas learning rate OJA_ETA0 / (lam (1 + t)): Appendix G's 1/(1+j), scale-free
+
+
+@dataclass
+class MethodResult:
+    components: np.ndarray  # (k, d), orthonormal rows
+    eigenvalues: np.ndarray  # (k,) private estimates (post-processing of released values)
+    info: dict = field(default_factory=dict)
+    steps: list[dict] = field(default_factory=list)  # one record per released Gaussian step
+
+
+def top_k(M: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k leading eigenvectors (rows) and eigenvalues of a symmetric matrix."""
+    vals, vecs = np.linalg.eigh((M + M.T) / 2)
+    order = np.argsort(vals)[::-1][:k]
+    return vecs[:, order].T.copy(), vals[order]
+
+
+# -- DP-Gauss-1 (Appendix G; Dwork et al. 2014 Algorithm 1) ---------------------------------------
+
+
+def _factor_grid(stream: Stream) -> float:
+    return 2.0 ** (math.ceil(math.log2(math.sqrt(stream.beta2))) - FACTOR_BITS)
+
+
+def second_moment_sum(stream: Stream) -> tuple[np.ndarray, float, float]:
+    """Exact integer sum of the A_i on the grid h^2 (each factor column rounded to h first), with
+    its L2 sensitivity (upper triangle, grid units) under add/remove one sample."""
+    h = _factor_grid(stream)
+    root = np.sqrt(stream.c)
+    q = np.rint(stream.Z * root[:, None] / h)
+    upper = dsyrk(1.0, q.T, trans=0)  # exact: integer products and sums far below 2^53
+    total = np.triu(upper) + np.triu(upper, 1).T
+    if stream.F.shape[1]:
+        full = stream.c >= 1.0
+        fq = np.rint(stream.F / h)
+        total += int(full.sum()) * (fq @ fq.T)
+        for i in np.flatnonzero(~full):
+            fi = np.rint(stream.F * root[i] / h)
+            total += fi @ fi.T
+    if stream.box is not None and stream.F.shape[1] == 0:
+        b2 = np.rint(stream.box / h) ** 2
+        sens = math.sqrt((b2.sum() ** 2 + (b2 * b2).sum()) / 2)  # max over the box's corners
+    else:
+        cols = stream.d * (stream.F.shape[1] + 1)
+        sens = (math.sqrt(stream.beta2) / h + math.sqrt(cols) / 2) ** 2  # >= ||G~||_F^2 >= norm
+    return total, h, sens
+
+
+def dp_gauss_1(stream: Stream, k: int, rho: float, relation: str, src) -> MethodResult:
+    """Sum of the (trace-clipped) A_i plus a symmetric discrete Gaussian matrix, then the top k
+    eigenvectors. Sensitivity: the upper triangle of one A_i (second_moment_sum); rho-zCDP."""
+    total, h, sens = second_moment_sum(stream)
+    iu = np.triu_indices(stream.d)
+    f = gauss.relation_factor(relation)
+    rel = gauss.noisy_integers(total[iu], f * sens, h * h, rho, src.spawn("gauss1"))
+    M = np.zeros((stream.d, stream.d))
+    M[iu] = rel.value
+    M = M + np.triu(M, 1).T
+    comps, vals = top_k(M, k)
+    step = {"step": "dp-gauss-1:sum", **rel.describe(), "rho": rho}
+    return MethodResult(comps, vals, {"noisy_sum": M, "grid": h}, [step])
+
+
+# -- deflation with fresh slots (Algorithm 1 / Algorithm 4) --------------------------------------
+
+
+def _random_unit(src: noise.RandomSource, P: np.ndarray, d: int) -> np.ndarray:
+    """omega_0 = P w / ||P w||, w uniform on the sphere (post-processing randomness)."""
+    w = P @ src.numpy_generator().standard_normal(d)
+    return w / max(np.linalg.norm(w), 1e-300)
+
+
+def _deflate(stream, k, steps_per_round, n_hat, step_fn, src, halves=1) -> MethodResult:
+    """Algorithm 1: k rounds; round i runs `steps_per_round` updates of omega on fresh slots
+    (`halves` disjoint slots per update), then P <- P - u u^T."""
+    d = stream.d
+    slots = k * steps_per_round * halves
+    members = slot_members(slot_labels(src.spawn("slots"), stream.n, slots), slots)
+    batch = max(n_hat, 1) / slots  # public expected slot size (noisy count / slots)
+    P = np.eye(d)
+    comps, vals, records = [], [], []
+    for i in range(k):
+        w = _random_unit(src.spawn(f"start{i}"), P, d)
+        state: dict = {"round": i, "lam": None, "centre": None}
+        for t in range(steps_per_round):
+            s = (i * steps_per_round + t) * halves
+            idx = [members[s + j] for j in range(halves)]
+            g, rec = step_fn(stream, P, w, idx, batch, t, state, src.spawn(f"r{i}t{t}"))
+            records.extend(rec)
+            w_new = P @ (w + state["eta"] * (P @ g))
+            w = w_new / max(np.linalg.norm(w_new), 1e-300)
+        comps.append(w)
+        vals.append(state["lam"] or 0.0)
+        P = P - np.outer(w, w)
+    U = np.array(comps)
+    U, _ = np.linalg.qr(U.T)  # tidy numerical drift (post-processing)
+    return MethodResult(
+        U.T * np.sign(np.sum(U.T * np.array(comps), axis=1))[:, None], np.array(vals), {}, records
+    )
+
+
+def _rate(state: dict, g: np.ndarray, t: int, a: float, slope: float) -> None:
+    lam = float(np.linalg.norm(g))
+    state["lam"] = lam
+    state["eta"] = 1.0 / (max(lam, 1e-300) * (a + slope * t))
+
+
+# -- k-DP-Ojas (Algorithm 3) ----------------------------------------------------------------------
+
+
+def k_dp_ojas(stream: Stream, k: int, rho: float, relation: str, n_hat: int, src) -> MethodResult:
+    """Algorithm 3 in each deflation round, on batches of fresh rows: omega <- omega + eta P
+    (sum of clip_beta(P A P omega) + N) / B. clip at beta = the public bound beta^2 >= ||A w||;
+    each batch sum is a Gaussian mechanism of L2 sensitivity beta (rho-zCDP per slot)."""
+    bound = stream.beta2
+
+    def step(stream, P, w, idx, batch, t, state, s):
+        g = stream.grads(idx[0], P @ w) @ P
+        norms = np.linalg.norm(g, axis=1)
+        g = g * np.minimum(1.0, bound / np.maximum(norms, 1e-300))[:, None]
+        rel = gauss.noisy_sum(g, bound, rho, relation, s.spawn("sum"))
+        mean = rel.value / batch
+        _rate(state, mean, t, OJA_ETA0, OJA_ETA0)
+        return mean, [{"step": "k-dp-ojas:batch", **rel.describe(), "rho": rho}]
+
+    res = _deflate(stream, k, OJA_STEPS, n_hat, step, src)
+    res.info = {"steps_per_round": OJA_STEPS, "clip": bound}
+    return res
+
+
+# -- k-DP-PCA (Algorithms 1, 2, 6, 7) -------------------------------------------------------------
+
+
+def priv_range(g: np.ndarray, batch: float, rho: float, relation: str, beta2: float, src):
+    """Algorithm 6: top eigenvalue of groups of pairwise differences, mode of a DP histogram over
+    the bins [2^(l/4), 2^((l+1)/4)). Groups are random slots; one row changes one group's value,
+    i.e. two bins by 1 (L2 sqrt 2; x2 under replace). The bins are the finite public set from
+    RANGE_OCTAVES below the largest possible value (values outside go to the end bins), so the
+    histogram is a discrete Gaussian vector (rho-zCDP) and its argmax is post-processing."""
+    f = gauss.relation_factor(relation)
+    sigma_h = f * math.sqrt(2) / math.sqrt(2 * rho)
+    groups = max(1, math.ceil(RANGE_SIGMAS * sigma_h))
+    members = slot_members(slot_labels(src.spawn("groups"), g.shape[0], groups), groups)
+    b_hat = max(1.0, batch / (2 * groups))
+    l_hi = math.ceil(4 * math.log2(4 * beta2 * beta2 * max(batch, 1))) + 1
+    l_lo = l_hi - 4 * RANGE_OCTAVES
+    counts = np.zeros(l_hi - l_lo + 1, dtype=np.int64)
+    for rows in members:
+        p = rows.size // 2
+        lam = 0.0
+        if p:
+            diff = g[rows[1 : 2 * p : 2]] - g[rows[0 : 2 * p : 2]]
+            lam = float(np.linalg.norm(diff, 2) ** 2) / b_hat
+        level = l_lo if lam <= 0 else int(np.clip(math.floor(4 * math.log2(lam)), l_lo, l_hi))
+        counts[level - l_lo] += 1
+    rel = gauss.noisy_integers(counts, f * math.sqrt(2), 1.0, rho, src.spawn("hist"))
+    best = int(np.argmax(rel.value)) + l_lo
+    desc = {"step": "k-dp-pca:priv_range", **rel.describe(), "rho": rho, "groups": groups}
+    return 2.0 ** (best / 4), desc
+
+
+def priv_mean(g, lam_hat, centre, batch, rho, relation, bound, src, guard=0.0):
+    """Algorithm 7's truncated mean: coordinates truncated to centre +- 3 K sqrt(lam) log^a(Bd/tau)
+    and the centred sum released with L2 sensitivity (half-width) sqrt(d) (x2 under replace).
+    The centre is public: the previous step's released mean (post-processing), or 0 with the
+    public bound as half-width on the first step (see docs/privacy.md for why Algorithm 7's
+    per-coordinate stability histograms are not used). `guard` (public: the previous step's
+    noise scale and movement) widens the half-width so that a poor centre cannot trap the
+    iteration: GUARD_SIGMAS x the centre's noise std per coordinate + lam x ||omega change||."""
+    d = g.shape[1]
+    if centre is None:  # first step: L2 clip at the public bound (||A w|| <= Tr A <= beta^2)
+        centre, half = np.zeros(d), bound
+        norms = np.maximum(np.linalg.norm(g, axis=1), 1e-300)
+        clipped, sens = g * np.minimum(1.0, bound / norms)[:, None], bound
+    else:
+        half = 3 * K_TAIL * math.sqrt(lam_hat) * math.log(max(batch, 2) * d / TAU) ** A_TAIL
+        half = min(max(half, guard), bound)
+        clipped, sens = np.clip(g, centre - half, centre + half) - centre, half * math.sqrt(d)
+    rel = gauss.noisy_sum(clipped, sens, rho, relation, src.spawn("mean"))
+    desc = {"step": "k-dp-pca:priv_mean", **rel.describe(), "rho": rho, "half_width": half}
+    return centre + rel.value / batch, desc
+
+
+def k_dp_pca(stream: Stream, k: int, rho: float, relation: str, n_hat: int, src) -> MethodResult:
+    """Algorithm 1 with ModifiedDP-PCA (Algorithm 2): per update, PrivRange on one slot and
+    PrivMean on a disjoint slot (both rho: parallel), omega <- P (omega + eta P g) / norm."""
+    f = gauss.relation_factor(relation)
+    groups = math.ceil(RANGE_SIGMAS * f / math.sqrt(rho))
+    B = max(math.sqrt(max(n_hat, 1)), MIN_BATCH_GROUPS * groups)  # Appendix G: B = sqrt(n)
+    T = max(1, int(max(n_hat, 1) / (k * B)))
+
+    def step(stream, P, w, idx, batch, t, state, s):
+        pw = P @ w
+        g_range = stream.grads(idx[0], pw) @ P
+        lam_hat, d1 = priv_range(g_range, batch, rho, relation, stream.beta2, s.spawn("range"))
+        g_mean = stream.grads(idx[1], pw) @ P
+        guard = 0.0
+        if state["centre"] is not None:
+            moved = float(np.linalg.norm(w - state["w_prev"]))
+            guard = GUARD_SIGMAS * state["noise"] + state["lam"] * moved
+        mean, d2 = priv_mean(
+            g_mean,
+            lam_hat,
+            state["centre"],
+            batch,
+            rho,
+            relation,
+            stream.beta2,
+            s.spawn("m"),
+            guard,
+        )
+        state["centre"], state["w_prev"] = mean, w
+        state["noise"] = d2["sigma"] / batch
+        _rate(state, mean, t, ETA_A, ETA_GAP / math.log(max(n_hat, 3)))
+        return mean, [d1, d2]
+
+    res = _deflate(stream, k, T, n_hat, step, src, halves=2)
+    res.info = {"batch": B, "steps_per_round": T}
+    return res
+
+
+CONSTANTS = {
+    "FACTOR_BITS": FACTOR_BITS,
+    "K": K_TAIL,
+    "a": A_TAIL,
+    "tau": TAU,
+    "RANGE_SIGMAS": RANGE_SIGMAS,
+    "RANGE_OCTAVES": RANGE_OCTAVES,
+    "MIN_BATCH_GROUPS": MIN_BATCH_GROUPS,
+    "ETA_A": ETA_A,
+    "ETA_GAP": ETA_GAP,
+    "GUARD_SIGMAS": GUARD_SIGMAS,
+    "OJA_STEPS": OJA_STEPS,
+    "OJA_ETA0": OJA_ETA0,
+    "GRID_BITS": gauss.GRID_BITS,
+}
