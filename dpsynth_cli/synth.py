@@ -20,7 +20,7 @@ from dpsynth_cli.domain import ColumnSpec, Domain, value_matrix
 from dpsynth_cli.errors import UsageError
 from dpsynth_cli.mechanisms import hierarchy, lowdim, pmm, privtree, select
 from dpsynth_cli.mechanisms.base import Mechanism, MechanismRun
-from dpsynth_cli.mechanisms.bounds import estimate_bounds
+from dpsynth_cli.mechanisms.bounds import estimate_bounds, estimated_notice
 from dpsynth_cli.mechanisms.count import noisy_count
 from dpsynth_cli.privacy.ledger import Ledger, check_epsilon, round_down
 from dpsynth_cli.privacy.noise import RandomSource
@@ -170,13 +170,10 @@ def _complete_bounds(
             lo, hi = estimate_bounds(
                 values[:, j], spec.name, eps, source.spawn(f"bounds:{spec.name}"), ledger
             )
-            if spec.kind == "integer":  # whole numbers, so the range always holds an integer
-                lo, hi = math.floor(lo), math.ceil(hi)
+            if spec.kind == "integer":  # whole numbers; the released upper edge is exclusive
+                lo, hi = math.ceil(lo), max(math.ceil(hi) - 1, math.ceil(lo))
             spec = replace(spec, lower=lo, upper=hi, source="dp_estimate")
-            notices.append(
-                f"column '{spec.name}': bounds estimated privately at epsilon {float(eps):.4g}; "
-                f"declared bounds (--bounds {spec.name}=LOWER:UPPER) give better accuracy"
-            )
+            notices.append(estimated_notice(spec.name, eps, lo, hi))
         done.append(spec)
     return done, notices
 

@@ -18,8 +18,8 @@ Run with ``pytest -s tests/test_privacy_audits.py`` to see the measured bounds. 
 
     audit (declared eps)              runs/side  correct  mutants
     noisy_count (1)                   100000     0.974    x0.9: 1.089, sens/2: 1.956
-    estimate_bounds core pair (1)     8000       0.957    noise/2: 1.88, sens/2: ~0
-    estimate_bounds extension (1)     8000       0.905    noise/2: 1.94, sens/2: 1.39
+    estimate_bounds find (16/15)      6000       0.911    noise/2: 1.986, sens/2: 1.946
+    estimate_bounds refine (16; 1)    3000       0.867    noise/2: 1.848 (vs the step's eps 1)
     PMM counts, d=1 depth 2 (3)       40000      2.864    scales x0.9: 3.258
     PMM final output (3)              40000      2.063    leaky sampler: 5.9 (5000 runs)
     PMM replace (3; at most 2 here)   15000      1.913    sensitivity 1: 3.802
@@ -169,51 +169,50 @@ def test_noisy_count_mutants_fail_the_audit(variant):
     result.assert_exceeds(COUNT_EPS)
 
 
-# -- b. bounds estimate -----------------------------------------------------------------------
+# -- b. bounds estimate (find: 15/16 of eps on the grid; refine: 1/16 on sub-bins of edge bins) --
 
-BOUNDS_EPS = Fraction(1)
-BOUNDS_N = 8_000  # runs per side and pair (about 0.4 ms each)
-EXTREME = -1e15  # clipped to -2^41: the leftmost bin of the public grid
-EDGES = bounds.bin_edges()
-BINS = EDGES.size - 1
-
-
-def bounds_thresholds(scale: Fraction) -> tuple[int, int]:
-    """(core, extension) thresholds estimate_bounds uses at this noise scale."""
-    return (
-        bounds.threshold(scale, BINS, bounds.FALSE_BIN_PROBABILITY),
-        bounds.threshold(scale, 1, bounds.EXTEND_PROBABILITY),
-    )
+EXTREME = -1e15  # clipped to -2^41: the leftmost bin of the public grid, sub-bin 0
+# Find: eps 16/15 gives the grid eps 1 (scale 1: the sampler's fast path); refine gets 1/15.
+FIND_EPS = Fraction(16, 15)
+FIND_N = 6_000  # copies per side, one batched release (independent runs of the mechanism)
+# Refine: eps 16 gives the sub-bins eps 1 (scale 1); the grid (eps 15, scale 1/15) is then
+# all but deterministic on the pair below, so the pair's leak is the refine step's eps.
+REFINE_EPS = Fraction(16)
+REFINE_N = 3_000  # the grid's scale 1/15 samples slowly (about 1 s per 10^6 draws)
 
 
-def bounds_pairs() -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Neighbouring pairs (X, X' = X + one outlier row) whose outlier bin sits at a threshold.
+def find_pair(p: bounds.Plan) -> tuple[np.ndarray, np.ndarray]:
+    """T rows alone at the extreme left against T + 1, T the grid's single-bin threshold.
 
-    A bin holding exactly ``t`` rows passes ``noisy > t`` iff its noise is >= 1, with ``t + 1``
-    rows iff it is >= 0: tail events of discrete Laplace noise, ratio exactly e^eps, with
-    probabilities 0.27 / 0.73 at eps = 1 (the most powerful events there are). One pair per
-    threshold of the mechanism:
-
-    * core: ``cut`` rows at the extreme left and nothing else, so the release is either that bin
-      or DataError (no bin passed), encoded as lower = +inf;
-    * extension: a 40-row body in one bin and ``grow`` rows in the bin just below it, which
-      joins the range iff its noisy count exceeds the extension threshold.
+    The bin passes ``noisy > T`` iff its noise is >= 1 with T rows, >= 0 with T + 1: tail events
+    of discrete Laplace noise, ratio exactly e^eps_find (0.27 / 0.73 at scale 1). Release or
+    DataError (encoded lower = +inf) is the event. The sub-bin threshold is far above T + 1, so
+    the refine step never moves the bounds here.
     """
-    cut, grow = bounds_thresholds(noise.as_scale(1 / BOUNDS_EPS))
-    body_bin = int(np.searchsorted(EDGES, 1.1, side="right")) - 1
-    below = (EDGES[body_bin - 1] + EDGES[body_bin]) / 2
-    body = np.linspace(EDGES[body_bin], EDGES[body_bin + 1], 40, endpoint=False)
-    return {
-        f"core: {cut} outliers alone": (np.full(cut, EXTREME), np.full(cut + 1, EXTREME)),
-        f"extension: 40-row body + {grow} just below": (
-            np.concatenate([body, np.full(grow, below)]),
-            np.concatenate([body, np.full(grow + 1, below)]),
-        ),
-    }
+    t = p.windows[0][1]
+    return np.full(t, EXTREME), np.full(t + 1, EXTREME)
+
+
+def refine_pair(p: bounds.Plan) -> tuple[np.ndarray, np.ndarray]:
+    """An edge bin with t rows in its sub-bin 2 and 40 in sub-bin 15, against t + 1 in sub-bin 2.
+
+    t is the sub-bin threshold: sub-bin 2 passes iff its noise is >= 1 (X) or >= 0 (X'), and
+    then the lower bound is its left edge ({lower == edge} has ratio exactly e^eps_refine). The
+    grid finds the bin (47 rows against a threshold of 1 at scale 1/15, empty bins stay below the
+    extension threshold) with the same outcome on both sides but with probability below 1e-6,
+    and the trim allowance 0.02 * 47 vs 0.02 * 48 rounds to the same integer cut for every j.
+    """
+    t = p.sub_bin
+    edges = bounds.bin_edges()
+    b = int(np.searchsorted(edges, 1.1, side="right")) - 1
+    w = (edges[b + 1] - edges[b]) / bounds.SUB_BINS
+    at2, at15 = edges[b] + 2.5 * w, edges[b] + 15.5 * w
+    rest = np.full(40, at15)
+    return np.concatenate([np.full(t, at2), rest]), np.concatenate([np.full(t + 1, at2), rest])
 
 
 def noise_halved_threshold_kept(mp: pytest.MonkeyPatch) -> None:
-    """Mutant: the bins get half the noise; the threshold still uses the declared scale."""
+    """Mutant: every noise draw at half the scale; the thresholds still use the declared scale."""
     real = noise.discrete_laplace
     mp.setattr(noise, "discrete_laplace", lambda src, scale, size: real(src, scale / 2, size))
 
@@ -233,64 +232,86 @@ BOUNDS_VARIANTS: dict[str, Callable[[pytest.MonkeyPatch], None] | None] = {
     "noise x0.5, threshold kept": noise_halved_threshold_kept,
     "sensitivity halved": sensitivity_halved(bounds),
 }
-
-
-def released_bounds(values: np.ndarray, src: noise.RandomSource) -> tuple[float, float, dict]:
-    """(lower, upper) released by estimate_bounds; DataError (no bin passed) is (+inf, -inf)."""
-    ledger = Ledger(BOUNDS_EPS)
-    try:
-        lo, hi = bounds.estimate_bounds(values, "x", BOUNDS_EPS, src, ledger)
-    except DataError:
-        lo, hi = math.inf, -math.inf
-    return lo, hi, ledger.spends[0].noise
+BOUNDS_PAIRS = {  # name: (eps, copies per side, pair built from the variant's own plan)
+    "find": (FIND_EPS, FIND_N, find_pair),
+    "refine": (REFINE_EPS, REFINE_N, refine_pair),
+}
 
 
 @cache
-def bounds_samples(variant: str, pair: str) -> tuple[np.ndarray, np.ndarray, dict, float]:
+def bounds_samples(variant: str, pair: str) -> tuple[np.ndarray, np.ndarray, bounds.Plan, float]:
+    """(lower, upper) of ``copies`` releases on X and on X'; DataError is (+inf, -inf)."""
     start = time.perf_counter()
-    X, Xp = bounds_pairs()[pair]
+    eps, copies, build = BOUNDS_PAIRS[pair]
     with pytest.MonkeyPatch.context() as mp:
         if BOUNDS_VARIANTS[variant] is not None:
             BOUNDS_VARIANTS[variant](mp)
+        p = bounds.plan(eps, "add-remove")  # the mutant's plan: pairs sit at its thresholds
         sides = []
-        for side, data in (("X", X), ("X'", Xp)):
+        for side, data in zip(("X", "X'"), build(p), strict=True):
             src = stream(f"bounds/{variant}/{pair}/{side}")
-            out = np.empty((BOUNDS_N, 2))
-            for i in range(BOUNDS_N):
-                out[i, 0], out[i, 1], recorded = released_bounds(data, src)
-            sides.append(out)
-    return sides[0], sides[1], recorded, time.perf_counter() - start
+            lo, hi, _ = bounds.release(data, eps, "add-remove", src, copies=copies)
+            sides.append(
+                np.column_stack([np.nan_to_num(lo, nan=math.inf), np.nan_to_num(hi, nan=-math.inf)])
+            )
+    return sides[0], sides[1], p, time.perf_counter() - start
 
 
-def bounds_audits(variant: str) -> dict[str, AuditResult]:
-    results = {}
-    for pair in bounds_pairs():
-        a, b, recorded, secs = bounds_samples(variant, pair)
-        results[pair] = audit(a, b, names=("lower", "upper"))
-        report(f"estimate_bounds eps=1 {variant}, pair '{pair}'", results[pair], secs)
-    return results
+def bounds_audit(variant: str, pair: str) -> tuple[AuditResult, bounds.Plan]:
+    a, b, p, secs = bounds_samples(variant, pair)
+    result = audit(a, b, names=("lower", "upper"))
+    report(
+        f"estimate_bounds {pair} pair, eps={float(BOUNDS_PAIRS[pair][0]):g}, {variant}",
+        result,
+        secs,
+    )
+    return result, p
+
+
+def test_bounds_audit_runs_the_real_estimate():
+    """The batched release the audits drive is estimate_bounds, copy for copy."""
+    for data in find_pair(bounds.plan(FIND_EPS, "add-remove")):
+        batch = bounds.release(data, FIND_EPS, "add-remove", stream("bounds/same"), copies=1)
+        try:
+            one = bounds.estimate_bounds(data, "x", FIND_EPS, stream("bounds/same"), Ledger(2))
+        except DataError:
+            one = (math.nan, math.nan)
+        np.testing.assert_array_equal([batch[0][0], batch[1][0]], one)
 
 
 @pytest.mark.heavy
-def test_bounds_estimate_passes_the_audit():
-    results = bounds_audits("correct")
-    for result in results.values():
-        result.assert_within(BOUNDS_EPS)
-    at_threshold = next(iter(results.values()))
-    assert at_threshold.epsilon_lower > 0.85  # power: the threshold pair pins eps
+def test_bounds_find_step_passes_the_audit():
+    result, p = bounds_audit("correct", "find")
+    assert p.epsilon_find == 1 and p.scale_find == 1
+    result.assert_within(FIND_EPS)
+    assert result.epsilon_lower > 0.85  # power: the pair pins the find step's eps = 1
 
 
 @pytest.mark.heavy
-@pytest.mark.parametrize("variant", ["noise x0.5, threshold kept", "sensitivity halved"])
-def test_bounds_estimate_mutants_fail_the_audit(variant):
-    results = bounds_audits(variant)
-    pair = next(iter(bounds_pairs()))
-    _, _, recorded, _ = bounds_samples(variant, pair)
-    if variant == "sensitivity halved":  # the mutant is live: smaller scale and thresholds
-        assert recorded["scale"] == 0.5
-        assert recorded["threshold"] == bounds_thresholds(Fraction(1, 2))[0]
-    worst = max(results.values(), key=lambda r: r.epsilon_lower)
-    worst.assert_exceeds(BOUNDS_EPS)
+def test_bounds_refine_step_passes_the_audit():
+    result, p = bounds_audit("correct", "refine")
+    assert p.epsilon_refine == 1 and p.scale_refine == 1
+    result.assert_within(REFINE_EPS)  # the DP promise
+    result.assert_within(p.epsilon_refine)  # this pair's leak is the refine step's (docstring)
+    assert result.epsilon_lower > 0.8
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize(
+    "variant, pair",
+    [
+        ("noise x0.5, threshold kept", "find"),
+        ("sensitivity halved", "find"),
+        ("noise x0.5, threshold kept", "refine"),
+    ],
+)
+def test_bounds_mutants_fail_the_audit(variant, pair):
+    result, p = bounds_audit(variant, pair)
+    if variant == "sensitivity halved":  # the mutant is live: smaller scales and thresholds
+        assert p.scale_find == Fraction(1, 2) and p.sensitivity == Fraction(1, 2)
+    # find: eps_find doubles to 2 > 16/15; refine: eps_refine doubles to 2 > 1
+    declared = FIND_EPS if pair == "find" else p.epsilon_refine
+    result.assert_exceeds(declared)
 
 
 # -- c. PMM noisy counts (Theorem 3.8) and its final output -----------------------------------

@@ -50,10 +50,18 @@ def test_use_block_runs_as_written(tmp_path):
         }
     }
     (tmp_path / "schema.json").write_text(json.dumps(schema))
+    wide = pd.DataFrame(rng.random((3000, 2)) @ rng.random((2, 12)), columns=list("abcdefghijkl"))
+    wide.to_parquet(tmp_path / "wide.parquet")
+    bounds = {c: {"lower": 0, "upper": 2} for c in wide.columns}
+    (tmp_path / "wide.json").write_text(json.dumps({"columns": bounds}))
     done = run_block(block_after("## Use"), tmp_path)
     assert done.returncode == 0, done.stderr
     assert "NOT differentially private" in done.stdout  # evaluate's summary, last
     for name in ("synth.csv", "synth.csv.report.json", "synth.parquet", "run.json"):
+        assert (tmp_path / name).exists(), name
+    report = json.loads((tmp_path / "wide.synth.parquet.report.json").read_text())
+    assert report["mechanism"]["name"] == "lowdim"
+    for name in ("wide.synth.parquet",):
         assert (tmp_path / name).exists(), name
 
 
