@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,plot]'
+	$(BIN)/pip install --quiet -e '.[test,plot,fast]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -44,6 +44,14 @@ $(BENCH_VENV)/.installed: pyproject.toml
 
 bench-accuracy: $(BENCH_VENV)/.installed
 	$(BENCH_VENV)/bin/python -m benchmarks.accuracy --write-docs
+
+# Wide tables (--dim): W1 - floor on near-subspace, unstructured and real 10-30 column tables,
+# against every fixed d', --dim full, MST and AIM (docs/benchmarks.md, "Wide tables"); then the
+# spectrum study behind the moments' budget split.
+.PHONY: bench-dim
+bench-dim: $(BENCH_VENV)/.installed
+	$(BENCH_VENV)/bin/python -m benchmarks.accuracy.wide --write-docs
+	$(BENCH_VENV)/bin/python -m benchmarks.dim_study spectrum
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) sample_data/out

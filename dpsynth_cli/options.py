@@ -145,14 +145,16 @@ Mechanism = Annotated[
     str,
     _opt(
         "--mechanism",
-        metavar="auto|pmm|privtree|hierarchy",
+        metavar="auto|pmm|privtree|hierarchy|psmm",
         show_default=True,
         help="Synthesiser, e.g. --mechanism pmm. auto: hierarchy or privtree, chosen from d, eps "
         "and the noisy row count by what the accuracy benchmark measured (docs/benchmarks.md). "
         "pmm: Private Measure Mechanism (dissertation Algorithm 4; a-priori W1 bound in the "
         "report). privtree: adaptive partition (Zhang, Xiao & Xie 2016) with exact discrete "
         "noise. hierarchy: a short band of nested grids with least-squares consistency (Hay et "
-        "al. 2010) and pruning. Only pmm carries an a-priori W1 bound.",
+        "al. 2010) and pruning. psmm: Private Signed Measure Mechanism (dissertation Algorithms "
+        "1-2) with an exact min-cost-flow projection (fast with the 'fast' extra). pmm and psmm "
+        "carry an a-priori W1 bound.",
     ),
 ]
 Dim = Annotated[

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from dpsynth_cli.domain import ColumnSpec, Domain, value_matrix
 from dpsynth_cli.errors import UsageError
-from dpsynth_cli.mechanisms import hierarchy, lowdim, pmm, privtree, select
+from dpsynth_cli.mechanisms import hierarchy, lowdim, pmm, privtree, psmm, select
 from dpsynth_cli.mechanisms.base import Mechanism, MechanismRun
 from dpsynth_cli.mechanisms.bounds import estimate_bounds, estimated_notice
 from dpsynth_cli.mechanisms.count import noisy_count
@@ -33,6 +33,7 @@ MECHANISMS: dict[str, Mechanism] = {
     "pmm": pmm.run,
     "privtree": privtree.run,
     "hierarchy": hierarchy.run,
+    "psmm": psmm.run,
 }
 # What `--dry-run` says about how each mechanism fixes its parameters (before any data is read).
 PLAN_RULES: dict[str, str] = {
@@ -41,6 +42,9 @@ PLAN_RULES: dict[str, str] = {
     "capped at 24 (Corollary 3.11); per-level discrete Laplace scales by eq. (3.7)",
     "privtree": "start level, split threshold and bias from eps, d and noisy_rows "
     "(privtree.POLICY); structure and leaf counts share the mechanism epsilon",
+    "psmm": "a grid of k^d cubic cells with k^d about eps_mechanism * noisy_rows / sensitivity "
+    "(Corollary 3.7), capped (psmm.plan); noisy counts projected onto the closest probability "
+    "measure by an exact min-cost flow (corrected Algorithm 2)",
     "hierarchy": "finest grid about c_d (eps * noisy_rows / sensitivity)^(1/(d+1)) cells per "
     "axis, a band of coarser levels above it (hierarchy.RESOLUTION, hierarchy.LEVELS)",
 }
