@@ -15,7 +15,11 @@ the released statistics are sums, whose sensitivity needs no n:
 - Sensitivity under add/remove one row (L1): S1: sum_j |q_j| <= d h. S2: sum_{j<=k} |q_j q_k| =
   ((sum_j |q_j|)^2 + sum_j q_j^2) / 2 <= (d^2 + d) h^2 / 2, i.e. d(d+1)/8 in units of the cube;
   Algorithm 6's proof charges 6 d^2 / (2 n) per M instead, and an n-free 3d^2 on the sum scale,
-  about 24x more. Under replace one row: twice each (remove one row, add one), like histograms.
+  about 24x more. Under replace one row p -> q: S1 twice (sum_j |q_j - p_j| <= 2 d h). S2 *not*
+  twice: with u = q - p and v = q + p, q q^T - p p^T = (u v^T + v u^T) / 2, whose entrywise L1 is
+  at most |u|_1 |v|_1 <= ((|u|_1 + |v|_1) / 2)^2 <= (d h)^2 since |u_j| + |v_j| = 2 max(|q_j|,
+  |p_j|) <= 2h; the diagonal adds at most d h^2 and the upper triangle is half the sum:
+  d(d+1) h^2 / 2 again (checked by brute force in tests/test_lowdim.py).
 - Each statistic gets exact discrete Laplace noise of scale sensitivity / eps on its integer grid
   (pure eps-DP, no floating-point noise: PRIVACY.md "Real-valued statistics"). Every released
   value is an integer number of grid units.
@@ -42,8 +46,13 @@ _CHUNK_ROWS = 1 << 20  # rows per exact float64 product: 2^20 * 2^22 = 2^42 < 2^
 
 
 def quantise(X: np.ndarray) -> np.ndarray:
-    """Rows of [0,1]^d as integers on the grid 2^-STAT_BITS around the cube's centre (float64)."""
-    return np.rint((np.asarray(X, dtype=np.float64) - 0.5) * (1 << STAT_BITS))
+    """Rows of [0,1]^d as integers on the grid 2^-STAT_BITS around the cube's centre (float64).
+
+    Clipped into the cube first: the sensitivities hold only there, whoever the caller is."""
+    X = np.asarray(X, dtype=np.float64)
+    if np.isnan(X).any():
+        raise ValueError("moments need complete rows (no NaN)")
+    return np.rint((np.clip(X, 0.0, 1.0) - 0.5) * (1 << STAT_BITS))
 
 
 @dataclass
@@ -75,9 +84,10 @@ def first_sensitivity(d: int, relation: str) -> int:
 
 
 def second_sensitivity(d: int, relation: str) -> int:
-    """L1 sensitivity of the upper triangle of S2 in grid units squared (module docstring)."""
+    """L1 sensitivity of the upper triangle of S2 in grid units squared (module docstring); the
+    same under both relations."""
     h = 1 << (STAT_BITS - 1)
-    return (1 if relation == "add-remove" else 2) * d * (d + 1) * h * h // 2
+    return d * (d + 1) * h * h // 2
 
 
 @dataclass(frozen=True)
