@@ -103,8 +103,8 @@ def test_parse_dim():
 def test_choose_dim_follows_the_spectrum():
     flat = np.full(10, 0.05)
     two = np.array([0.08, 0.05] + [1e-5] * 8)
-    assert lowdim.choose_dim(two, 1e-4, Fraction(1), 100_000, "add-remove") == 2
-    assert lowdim.choose_dim(flat, 1e-4, Fraction(1), 100_000, "add-remove") == 10
+    assert lowdim.choose_dim(two, Fraction(1), 100_000, "add-remove") == 2
+    assert lowdim.choose_dim(flat, Fraction(1), 100_000, "add-remove") == 10
 
 
 def subspace_table(n: int, seed: int) -> np.ndarray:

@@ -42,7 +42,7 @@ from dpsynth_cli.privacy import noise
 from dpsynth_cli.privacy.ledger import Ledger, Spend
 
 STAT_BITS = 12  # grid 2^-12 per coordinate: |q| <= 2^11, |q q'| <= 2^22
-_CHUNK_ROWS = 1 << 20  # rows per exact float64 product: 2^20 * 2^22 = 2^42 < 2^53
+_CHUNK_ROWS = 1 << 16  # rows per exact float64 product (2^16 * 2^22 < 2^53); bounds memory
 
 
 def quantise(X: np.ndarray) -> np.ndarray:
