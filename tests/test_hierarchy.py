@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -55,6 +56,76 @@ def test_plan_is_exact_nested_and_capped(d, relation, sens, noisy_n):
     ks = hp.cells_per_axis
     assert all(b % a == 0 and b // a in (2, 3) for a, b in zip(ks[:-1], ks[1:], strict=True))
     assert ks[-1] ** d <= 1 << hier.LEAF_CAP_LOG2
+
+
+def measured_rule(noisy_n, eps, d, relation):
+    """The plan of the measured rule alone (every axis, leaf_cells_per_axis, measured_levels)."""
+    sens = 1 if relation == "add-remove" else 2
+    leaf = hier.leaf_cells_per_axis(noisy_n, eps, d, sens)
+    return hier._grid_plan(d, d, leaf, hier.measured_levels(noisy_n, eps, d, sens), eps, sens)
+
+
+@pytest.mark.parametrize("d", [1, 2, 3])
+@pytest.mark.parametrize("relation", ["add-remove", "replace"])
+def test_plans_up_to_three_dimensions_are_the_measured_rule(d, relation):
+    for noisy_n in (0, 1, 7, 60, 500, 2000, 20_000, 10**6):
+        for eps in (Fraction(1, 10), EPS, Fraction(4)):
+            hp = hier.plan(noisy_n, eps, d, relation)
+            assert hp == measured_rule(noisy_n, eps, d, relation) and hp.cut == d
+            assert hp.axes is None
+
+
+@pytest.mark.parametrize("d", [4, 5, 6, 8, 12])
+def test_higher_plans_keep_the_measured_rule_when_its_total_is_precise(d):
+    """From d = 4 the measured rule is kept exactly when its least-squares total has a standard
+    deviation of at most 10% of the noisy count; otherwise the plan is coarser and meets it."""
+    kept = 0
+    for noisy_n in (60, 500, 2000, 20_000):
+        for eps in (Fraction(3, 10), EPS, Fraction(4)):
+            rule = measured_rule(noisy_n, eps, d, "add-remove")
+            hp = hier.plan(noisy_n, eps, d, "add-remove")
+            limit = (hier.TOTAL_RSD * noisy_n) ** 2
+            if hier.total_variance(rule) <= limit:
+                assert hp == rule
+                kept += 1
+            else:
+                assert hier.total_variance(hp) <= limit or hp.cells_per_axis == (1,)
+                assert hp.cells_per_axis[-1] ** hp.cut < rule.cells_per_axis[-1] ** d
+    assert kept > 0
+
+
+def test_total_variance_is_the_least_squares_variance_of_the_total():
+    """Simulated Gaussian noise with the plan's level variances, through `least_squares`."""
+    hp = hier.HierarchyPlan(2, (4, 8), Fraction(1), 1, hier.level_scales(Fraction(1), 2, 1))
+    assert hp.implicit_cells_per_axis == (2,)  # one unmeasured level above the band
+    rng = np.random.default_rng(11)
+    totals = []
+    for _ in range(4000):
+        noisy = [
+            rng.normal(0, np.sqrt(v), (k, k)) for k, v in zip((4, 8), hp.variances, strict=True)
+        ]
+        est, U = hier.least_squares([None, *noisy], [0.0, *hp.variances], list(hp.tree_fanouts))
+        totals.append(est[0].sum())
+    assert np.var(totals) == pytest.approx(hier.total_variance(hp), rel=0.08)
+    assert hier.total_variance(hp) == pytest.approx(U[0] * 4, rel=1e-9)
+
+
+def test_high_dimensional_plan_cuts_the_first_columns_only():
+    """1000 x 15 at eps 0.19 (the issue's setting): before, k = 2 on all 15 axes (32768 cells,
+    the total's sd about 1340 rows); now 2 cells on each of the first 7 columns."""
+    eps = Fraction(19, 100)
+    old = measured_rule(900, eps, 15, "add-remove")
+    assert old.cells_per_axis == (2,) and math.sqrt(hier.total_variance(old)) > 900
+    hp = hier.plan(900, eps, 15, "add-remove")
+    assert (hp.cut, hp.cells_per_axis, hp.axes) == (7, (2,), 7)
+    assert math.sqrt(hier.total_variance(hp)) <= 90
+    description = hp.to_json()
+    assert description["axes_cut"] == 7 and description["leaf_cells"] == 128
+    X = np.random.default_rng(0).random((50, 15))
+    Y = X.copy()
+    Y[:, 7:] = np.random.default_rng(1).random((50, 8))  # only the uncut columns differ
+    assert np.array_equal(hier.true_level_counts(X, hp)[0], hier.true_level_counts(Y, hp)[0])
+    assert hier.true_level_counts(X, hp)[0].shape == (2,) * 7
 
 
 @pytest.mark.parametrize("relation", ["add-remove", "replace"])

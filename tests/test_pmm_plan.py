@@ -42,3 +42,17 @@ def test_theorem_bound_matches_closed_form():
     S = sum(math.sqrt(x) for x in partition.level_diameter_sums(depth, d)[:-1])
     closed = 2 * math.sqrt(2) * S**2 / (float(eps) * n) + 2.0 ** -(depth // d)
     assert pmm.theorem_bound(plan, n) == pytest.approx(closed, rel=1e-3)
+
+
+@pytest.mark.parametrize("d", [33, 1000, 10_000])
+def test_high_dimensional_plan_halves_only_the_first_depth_coordinates(d):
+    """The depth does not grow with d (2^depth leaves, never 2^d): at d > depth only the first
+    `depth` coordinates are halved, once each, and the budget stays exact."""
+    eps = Fraction(1)
+    plan = pmm.plan(2000, eps, d, "add-remove")
+    assert plan.depth == pmm.choose_depth(2000, eps, 2, 1) == 11
+    assert sum(Fraction(1) / s for s in plan.level_scales) == eps
+    bits = partition.bits_per_coordinate(plan.depth, d)
+    assert bits[: plan.depth].tolist() == [1] * plan.depth and not bits[plan.depth :].any()
+    assert plan.to_json()["leaf_cells"] == 1 << plan.depth
+    assert math.isfinite(pmm.theorem_bound(plan, 2000))

@@ -50,3 +50,31 @@ def test_auto_output_and_spends_are_the_chosen_mechanisms(monkeypatch, name):
     assert auto.description["selected_by"]["chosen"] == name
     assert {k: v for k, v in auto.description.items() if k != "selected_by"} == direct.description
     assert auto.w1_bound == direct.w1_bound and auto.guarantee == direct.guarantee
+
+
+@pytest.mark.parametrize("name", sorted(select.CANDIDATES))
+def test_auto_in_high_dimensions_is_the_chosen_mechanism(monkeypatch, name):
+    """d = 40 (past the old 32-column crash of hierarchy): auto still runs exactly the chosen
+    mechanism, and the output has the d columns."""
+    d = 40
+    monkeypatch.setattr(select, "PRIVTREE_FROM_DEFAULT", 0.0 if name == "privtree" else 1e18)
+    X = np.random.default_rng(1).random((800, d))
+    runs = []
+    for mechanism in (select.run, select.CANDIDATES[name]):
+        src, ledger = noise.RandomSource.seeded(5), Ledger(Fraction(1), "add-remove")
+        runs.append(
+            mechanism(
+                X,
+                epsilon=Fraction(1),
+                noisy_rows=800,
+                relation="add-remove",
+                source=src.spawn("m"),
+                ledger=ledger,
+                rng=src.spawn("post").numpy_generator(),
+                rows=None,
+            )
+        )
+    auto, direct = runs
+    assert auto.description["selected_by"]["chosen"] == name
+    assert np.array_equal(auto.points, direct.points) and auto.points.shape[1] == d
+    assert abs(auto.points.shape[0] - 800) < 200

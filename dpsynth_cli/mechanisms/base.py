@@ -7,6 +7,7 @@ released value) but never the true one.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Protocol
@@ -42,12 +43,88 @@ class Mechanism(Protocol):
     ) -> MechanismRun: ...
 
 
+def discrete_laplace_variance(scale: Fraction) -> float:
+    """Variance of the discrete Laplace with P(z) ∝ exp(-|z|/scale): 2p/(1-p)^2, p = e^(-1/s)."""
+    p = math.exp(-1.0 / float(scale))
+    return 2.0 * p / (1.0 - p) ** 2
+
+
 def resample_counts(counts: np.ndarray, rows: int | None, rng: np.random.Generator) -> np.ndarray:
     """`--rows`: draw `rows` cells from the released counts (post-processing); None keeps them.
 
-    A measure with no mass gives no rows.
+    A measure with no mass gives no rows here; `output_counts` replaces it by the uniform measure.
     """
     if rows is None:
         return counts
     total = int(counts.sum())
     return rng.multinomial(rows, counts / total) if total > 0 else np.zeros_like(counts)
+
+
+# `settle_total`: a released total within max(TOTAL_SD * sd, TOTAL_REL * estimate) of the
+# unbiased estimate is plausible and kept as it is.
+TOTAL_SD = 3.0
+TOTAL_REL = 0.05
+
+
+def settle_total(
+    sizes: np.ndarray, estimate: float, sd: float, rng: np.random.Generator
+) -> np.ndarray:
+    """Cell sizes whose total agrees with an unbiased released estimate of the row count.
+
+    Clipping noisy counts at zero adds mass and zeroing small ones removes it, so the sum of
+    post-processed sizes can drift far from the sum of the noisy counts it came from (`estimate`,
+    an unbiased estimate of n with standard deviation `sd`, both functions of released values).
+    If the drift is larger than max(TOTAL_SD * sd, TOTAL_REL * |estimate|), the sizes are scaled
+    to total max(round(estimate), 0): floors of the proportional shares, the remaining units to
+    the largest remainders (ties at random). Otherwise they are returned unchanged (the same
+    array, no random draws). Post-processing of released values only.
+    """
+    current = int(sizes.sum())
+    if current == 0 or abs(current - estimate) <= max(TOTAL_SD * sd, TOTAL_REL * abs(estimate)):
+        return sizes
+    target = max(int(round(estimate)), 0)
+    share = sizes * (target / current)
+    base = np.floor(share)
+    short = target - int(base.sum())
+    rem = share - base + rng.random(sizes.shape) * 1e-9
+    out = base.astype(sizes.dtype)
+    if short > 0:
+        out[np.argsort(-rem, kind="stable")[:short]] += 1
+    return out
+
+
+def fill_empty(
+    sizes: np.ndarray,
+    rows: int | None,
+    noisy_rows: int,
+    rng: np.random.Generator,
+    volumes: np.ndarray | None = None,
+) -> np.ndarray:
+    """Cell sizes that never leave the output empty when it should not be (post-processing).
+
+    `sizes` are a mechanism's final cell sizes (released counts after its clipping, pruning and
+    `--rows` resampling). If they have mass, or nothing is wanted, they are returned unchanged (the
+    same array, no random draws). If they have no mass, the released measure says nothing about
+    where the rows are, so the uniform measure on the cube stands in for it: `rows` cells (or,
+    without `--rows`, max(noisy_rows, 0), the noisy count) drawn multinomially with probabilities
+    proportional to `volumes` (the cells' volumes; equal if None). It reads only released sizes,
+    the public geometry, `rows` and the noisy count (released by its own step): no privacy cost.
+    """
+    want = max(int(noisy_rows), 0) if rows is None else int(rows)
+    if want == 0 or sizes.size == 0 or int(sizes.sum()) > 0:
+        return sizes
+    p = np.ones(sizes.size) if volumes is None else np.asarray(volumes, dtype=np.float64).ravel()
+    return rng.multinomial(want, p / p.sum()).reshape(sizes.shape).astype(sizes.dtype)
+
+
+def output_counts(
+    counts: np.ndarray,
+    rows: int | None,
+    noisy_rows: int,
+    rng: np.random.Generator,
+    volumes: np.ndarray | None = None,
+) -> np.ndarray:
+    """`resample_counts`, then `fill_empty`: exactly `rows` rows when `--rows` is given, and
+    without it the released counts, or the noisy count's worth of uniform rows if they are empty.
+    """
+    return fill_empty(resample_counts(counts, rows, rng), rows, noisy_rows, rng, volumes)

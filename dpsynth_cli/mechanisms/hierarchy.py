@@ -7,8 +7,22 @@ c_d (eps n)^(1/(d+1)) cells per axis: the resolution of the eps-DP uniform grid,
 c_d measured per dimension. Only the last L_d levels are measured (a band); the top of the tree
 (at least the root) is implicit, as in the grid, which is the special case L = 1.
 
+Higher dimensions (`plan`; d <= 3 keep the measured rule exactly). c_d^d grows exponentially, and a
+band of 2^d-cell levels estimates the total (the output size) from thousands of noisy cells: at
+1000 rows x 15 columns and eps 0.2 its standard deviation was larger than n, and outputs had 0 to
+3000+ rows. From d = 4 on the plan is therefore the first of (1) the measured rule, (2) the same
+band with fewer cells per axis, (3) two cells on each of the first m columns only (one level,
+2^m <= max(1, eps n / sens), m <= MAX_AXES = 22), (4) the root alone, whose least-squares total
+has a standard deviation of at most TOTAL_RSD = 10% of the noisy count (`total_variance`, a
+function of the plan). Columns a grid does not cut are uniform on [0, 1] in every cell: the
+release says nothing about them, so for d >> log2(eps n) the output keeps the joint law of the
+first m columns (coarsely) and no more. Count arrays have one numpy dimension per cut axis
+(<= 22; numpy allows 32, or 64 from numpy 2), and nothing is ever of size 2^d; time and memory are
+O(n d + cells), cells <= 2^LEAF_CAP_LOG2.
+
 Privacy. Neighbouring relation: add/remove one row (default) or replace one row. Every level is
-a partition of [0,1]^d (a row on a cell boundary goes to exactly one cell; x = 1 to the last), so
+a partition of [0,1]^d (a row on a cell boundary goes to exactly one cell; x = 1 to the last;
+when only the first m columns are cut, a cell is a box on them times [0,1]^(d-m)), so
 adding or removing a row changes exactly one count per level by 1: the L1 sensitivity of a
 level's count vector is 1, and 2 under replace-one-row (one count down, one up), the
 `histogram_sensitivity` of the relation. Level i gets exact discrete Laplace noise
@@ -17,7 +31,8 @@ sigma_i = sens * W / (eps * w_i) with w_i = 2^(i - L + 1) and W = sum w_i, so le
 (sens / sigma_i)-DP and the levels compose to sum_i sens / sigma_i = eps exactly (checked in
 rational arithmetic by tests/test_hierarchy.py). The noisy row count (`noisy_rows`, released by
 its own step) and eps, d and the relation are the only inputs of the plan (grid sizes, levels,
-scales, threshold): the true n is never used.
+scales, threshold, axes cut; `total_variance` is a function of the plan): the true n is never
+used.
 
 Post-processing (no privacy cost: it reads only the released noisy counts, public parameters and
 post-processing randomness):
@@ -40,7 +55,10 @@ post-processing randomness):
    a low-discrepancy set (exactly stratified for d = 1; a randomly shifted Kronecker sequence
    with the generalised golden ratio for d >= 2) pushed through the per-axis inverse CDFs
    (`placement.py`, shared with privtree). `rows` resamples the leaf counts multinomially
-   first. Output rows are shuffled.
+   first. Output rows are shuffled. If the leaves have no mass (the least-squares total rounds
+   to 0 or below), `base.fill_empty` places `rows` or, without it, the noisy count's rows from
+   the uniform measure on the cube, so the output size follows the noisy count and `--rows N`
+   always gives N rows (post-processing of released values).
 
 Accuracy. No a-priori bound. The PMM's Theorem 3.9 ((2 sqrt 2 / n) sum_j sigma_j Delta_{j-1}
 + delta) rests on Algorithm 3's split being comparable with the noisy counts (Lemma 3.16), so
@@ -51,8 +69,9 @@ the summed noise of their descendants. So `w1_bound` is None and accuracy is mea
 proved: mean exact W1 against the uniform grid and the literal PMM on smooth, clustered,
 skewed and real tables (d = 1..3, eps = 0.1..2, n = 2000 and 20000).
 
-Cost: one bincount of the rows, k^d (1 + 2^-d + ...) noise draws (far fewer than the PMM's
-2^(depth+1)), and O(k^d) array passes per level; memory is capped at 2^LEAF_CAP_LOG2 leaves.
+Cost: one bincount of the rows, k^m (1 + 2^-m + ...) noise draws for m cut axes (far fewer than the
+PMM's 2^(depth+1)), and O(k^m) array passes per level; memory is capped at 2^LEAF_CAP_LOG2
+leaves, plus the n x d output.
 """
 
 from __future__ import annotations
@@ -64,7 +83,7 @@ from fractions import Fraction
 import numpy as np
 
 from dpsynth_cli.mechanisms import placement
-from dpsynth_cli.mechanisms.base import MechanismRun, resample_counts
+from dpsynth_cli.mechanisms.base import MechanismRun, discrete_laplace_variance, output_counts
 from dpsynth_cli.privacy import noise
 from dpsynth_cli.privacy.ledger import Ledger, Spend, histogram_sensitivity
 
@@ -77,6 +96,14 @@ RESOLUTION_DEFAULT = 1.5
 LEVELS = {1: (0.0, 1, 1), 2: (900.0, 1, 2), 3: (500.0, 2, 3)}
 LEVELS_DEFAULT = (0.0, 2, 2)
 KAPPA = 2.0  # pruning threshold, in standard deviations of a cell's least-squares estimate
+# Dimensions for which RESOLUTION and LEVELS were measured: their plans are never changed. From
+# d = 4 on, `plan` coarsens the grid until the least-squares total has a standard deviation of at
+# most TOTAL_RSD times the noisy count.
+TUNED_DIMENSIONS = 3
+TOTAL_RSD = 0.1
+# At most this many axes are cut (count arrays have at most this many numpy dimensions; each cut
+# axis has >= 2 cells, so the leaf cap allows no more anyway).
+MAX_AXES = LEAF_CAP_LOG2
 
 
 @dataclass(frozen=True)
@@ -89,6 +116,13 @@ class HierarchyPlan:
     sensitivity: int
     level_scales: tuple[Fraction, ...]
     kappa: float = KAPPA
+    axes: int | None = None  # axes cut: the first `axes` columns; None: all d
+
+    @property
+    def cut(self) -> int:
+        """Number of axes the grids cut (columns 0 .. cut-1); the others span [0, 1] in every
+        cell. Count arrays have shape (k,) * cut."""
+        return self.d if self.axes is None else self.axes
 
     @property
     def implicit_cells_per_axis(self) -> tuple[int, ...]:
@@ -122,8 +156,12 @@ class HierarchyPlan:
             "least-squares consistency (Hay et al. 2010), pruning, consistent integer counts "
             "(Algorithm 3 style top-down split), piecewise-linear low-discrepancy placement",
             "cells_per_axis_by_level": list(self.cells_per_axis),
+            "axes_cut": self.cut,
+            "uncut_columns": "none"
+            if self.cut == self.d
+            else f"columns {self.cut + 1}..{self.d}: uniform on [0,1] in every cell",
             "unmeasured_coarser_levels": list(self.implicit_cells_per_axis),
-            "leaf_cells": self.cells_per_axis[-1] ** self.d,
+            "leaf_cells": self.cells_per_axis[-1] ** self.cut,
             "leaf_cap": 1 << LEAF_CAP_LOG2,
             "level_noise_scales": [float(s) for s in self.level_scales],
             "noise": "discrete Laplace, exact rational scales, sum of sens/scale = epsilon",
@@ -131,12 +169,6 @@ class HierarchyPlan:
             "pruning_threshold_sd": self.kappa,
             "placement": "piecewise-linear density per leaf, low-discrepancy (post-processing)",
         }
-
-
-def discrete_laplace_variance(scale: Fraction) -> float:
-    """Variance of the discrete Laplace with P(z) ∝ exp(-|z|/scale): 2p/(1-p)^2, p = e^(-1/s)."""
-    p = math.exp(-1.0 / float(scale))
-    return 2.0 * p / (1.0 - p) ** 2
 
 
 def _smooth_numbers(limit: int) -> list[int]:
@@ -183,16 +215,68 @@ def measured_levels(noisy_n: int, epsilon: Fraction, d: int, sensitivity: int) -
     return many if float(epsilon) / sensitivity * max(noisy_n, 1) >= threshold else few
 
 
-def plan(noisy_n: int, epsilon: Fraction, d: int, relation: str) -> HierarchyPlan:
-    """Fix every parameter from public quantities only (epsilon, d, noisy count, relation)."""
-    sens = histogram_sensitivity(relation)
-    leaf = leaf_cells_per_axis(noisy_n, epsilon, d, sens)
-    ks = tuple(k for k in level_sizes(leaf, measured_levels(noisy_n, epsilon, d, sens)) if k > 1)
+def total_variance(hp: HierarchyPlan) -> float:
+    """Variance of the least-squares estimate of the total (the root), from the plan alone: the
+    bottom-up recursion of `least_squares` over the tree (unmeasured levels are sums)."""
+    implicit = len(hp.implicit_cells_per_axis)
+    variances = [None] * implicit + list(hp.variances)
+    fanouts = hp.tree_fanouts
+    v = variances[-1]
+    for i in range(len(variances) - 2, -1, -1):
+        below = v * float(fanouts[i + 1]) ** hp.cut
+        v = below if variances[i] is None else variances[i] * below / (variances[i] + below)
+    return v * float(fanouts[0]) ** hp.cut
+
+
+def _grid_plan(
+    d: int, axes: int, leaf: int, levels: int, epsilon: Fraction, sens: int
+) -> HierarchyPlan:
+    """The band of `levels` levels above a leaf grid of `leaf` cells on each of `axes` axes."""
+    ks = tuple(k for k in level_sizes(leaf, levels) if k > 1)
     ks = ks or (1,)  # the root is measured only when it is the leaf (tiny eps n)
-    return HierarchyPlan(d, ks, epsilon, sens, level_scales(epsilon, len(ks), sens))
+    scales = level_scales(epsilon, len(ks), sens)
+    return HierarchyPlan(d, ks, epsilon, sens, scales, axes=None if axes == d else axes)
 
 
-# -- grid helpers (arrays of shape (k,)*d, C order) ---------------------------------------------
+def plan(noisy_n: int, epsilon: Fraction, d: int, relation: str) -> HierarchyPlan:
+    """Fix every parameter from public quantities only (epsilon, d, noisy count, relation).
+
+    d <= TUNED_DIMENSIONS: the measured rule, every axis cut into `leaf_cells_per_axis` cells,
+    `measured_levels` levels. From d = 4 on, the first of these whose least-squares total has a
+    standard deviation (`total_variance`, a function of the plan) of at most TOTAL_RSD times the
+    noisy count, so that the output size follows the count (c_d^d grows exponentially with d, and
+    a band of 2^d-cell levels in high d would estimate the total from thousands of noisy cells):
+    1. the measured rule, then the same with fewer cells per axis (2^a 3^b, down to 2);
+    2. (high d) 2 cells on each of the first m axes only, one level, m as large as allows, with
+       2^m <= max(1, eps n / sens) (about one cell per unit of signal: a single level of cells
+       has nothing coarser to prune against) and m <= MAX_AXES; the other columns are not cut;
+    3. the root alone (a noisy total; the output is uniform on the cube).
+    """
+    sens = histogram_sensitivity(relation)
+    levels = measured_levels(noisy_n, epsilon, d, sens)
+    leaf = leaf_cells_per_axis(noisy_n, epsilon, d, sens)
+    if d <= TUNED_DIMENSIONS:
+        return _grid_plan(d, d, leaf, levels, epsilon, sens)
+    limit = (TOTAL_RSD * max(noisy_n, 1)) ** 2
+    full = [k for k in _smooth_numbers(leaf)[::-1] if k >= 2] if d <= MAX_AXES else []
+    for k in full:
+        hp = _grid_plan(d, d, k, levels, epsilon, sens)
+        if total_variance(hp) <= limit:
+            return hp
+    signal = max(float(epsilon) / sens * max(noisy_n, 1), 1.0)
+    top = min(d - 1 if full else d, MAX_AXES, int(math.log2(signal) + 1e-9))
+    for m in range(top, 0, -1):
+        hp = _grid_plan(d, m, 2, 1, epsilon, sens)
+        if total_variance(hp) <= limit:
+            return hp
+    return _grid_plan(d, d if d <= MAX_AXES else 1, 1, 1, epsilon, sens)
+
+
+# -- grid helpers (arrays of shape (k,)*m over the m cut axes, C order) ---------------------------
+
+# numpy arrays may have at most 32 dimensions (64 from numpy 2): reshapes with two dimensions per
+# axis are used only up to this many axes, one axis at a time beyond.
+_PAIRED_AXES = 16
 
 
 def coarsen(a: np.ndarray, f: int) -> np.ndarray:
@@ -200,7 +284,13 @@ def coarsen(a: np.ndarray, f: int) -> np.ndarray:
     if f == 1:
         return a
     d, kc = a.ndim, a.shape[0] // f
-    return a.reshape([s for _ in range(d) for s in (kc, f)]).sum(axis=tuple(range(1, 2 * d, 2)))
+    if d <= _PAIRED_AXES:  # one reduction over every axis (the summation order of earlier runs)
+        pairs = [s for _ in range(d) for s in (kc, f)]
+        return a.reshape(pairs).sum(axis=tuple(range(1, 2 * d, 2)))
+    k = a.shape[0]
+    for axis in range(d):  # axes 0..axis-1 already coarsened: 4-dimensional views only
+        a = a.reshape(kc**axis, kc, f, k ** (d - axis - 1)).sum(axis=2)
+    return a.reshape((kc,) * d)
 
 
 def refine(a: np.ndarray, f: int) -> np.ndarray:
@@ -212,8 +302,8 @@ def refine(a: np.ndarray, f: int) -> np.ndarray:
 
 def true_level_counts(X: np.ndarray, hp: HierarchyPlan) -> list[np.ndarray]:
     """Exact counts of every cell of every level (private: feed only to noise)."""
-    k, d = hp.cells_per_axis[-1], hp.d
-    idx = np.minimum((X * k).astype(np.int64), k - 1)  # x = 1 goes to the last cell
+    k, d = hp.cells_per_axis[-1], hp.cut
+    idx = np.minimum((X[:, :d] * k).astype(np.int64), k - 1)  # x = 1 goes to the last cell
     np.maximum(idx, 0, out=idx)
     flat = np.ravel_multi_index(tuple(idx.T), (k,) * d)
     counts = [np.bincount(flat, minlength=k**d).reshape((k,) * d)]
@@ -227,7 +317,7 @@ def noisy_level_counts(
 ) -> list[np.ndarray]:
     """True counts plus discrete Laplace noise of scale sigma_i on level i; spend recorded."""
     counts = true_level_counts(X, hp)
-    sizes = [k**hp.d for k in hp.cells_per_axis]
+    sizes = [k**hp.cut for k in hp.cells_per_axis]
     draws = noise.discrete_laplace_mixed(source, list(hp.level_scales), sizes)
     ledger.record(
         Spend(
@@ -239,6 +329,7 @@ def noisy_level_counts(
                 "distribution": "discrete Laplace",
                 "scales_by_level": [float(s) for s in hp.level_scales],
                 "cells_per_axis_by_level": list(hp.cells_per_axis),
+                "axes_cut": hp.cut,
                 "sensitivity_per_level": hp.sensitivity,
             },
         )
@@ -291,18 +382,31 @@ def least_squares(
 # -- consistent non-negative integer counts -----------------------------------------------------
 
 
+def _block_order(kc: int, f: int, d: int) -> np.ndarray:
+    """Flat (C order) index in the (kc f,)*d grid of child j (C order in (f,)*d) of parent p (C
+    order in (kc,)*d), shape (kc^d, f^d): the index is separable, sum over axes of
+    (p_c f + j_c) (kc f)^(d-1-c)."""
+    k = kc * f
+    parent = np.zeros(kc**d, dtype=np.int64)
+    child = np.zeros(f**d, dtype=np.int64)
+    p, j = np.arange(kc**d, dtype=np.int64), np.arange(f**d, dtype=np.int64)
+    for c in range(d):
+        stride = k ** (d - 1 - c)
+        parent += (p // kc ** (d - 1 - c) % kc) * (f * stride)
+        child += (j // f ** (d - 1 - c) % f) * stride
+    return parent[:, None] + child[None, :]
+
+
 def _blocks(a: np.ndarray, f: int) -> np.ndarray:
     """(k,)*d -> (number of parents, f^d): each row is one parent's children."""
-    d, kc = a.ndim, a.shape[0] // f
-    b = a.reshape([s for _ in range(d) for s in (kc, f)])
-    return b.transpose(list(range(0, 2 * d, 2)) + list(range(1, 2 * d, 2))).reshape(-1, f**d)
+    return a.reshape(-1)[_block_order(a.shape[0] // f, f, a.ndim)]
 
 
 def _unblocks(b: np.ndarray, kc: int, f: int, d: int) -> np.ndarray:
     """Inverse of `_blocks` for kc parents per axis."""
-    a = b.reshape([kc] * d + [f] * d)
-    perm = [p for c in range(d) for p in (c, d + c)]
-    return a.transpose(perm).reshape((kc * f,) * d)
+    a = np.empty(b.size, dtype=b.dtype)
+    a[_block_order(kc, f, d)] = b
+    return a.reshape((kc * f,) * d)
 
 
 def split_counts(
@@ -405,15 +509,24 @@ def leaf_slopes(counts: np.ndarray) -> np.ndarray:
 
 
 def place_points(
-    leaf_counts: np.ndarray, rng: np.random.Generator, rows: int | None = None
+    leaf_counts: np.ndarray,
+    rng: np.random.Generator,
+    rows: int | None = None,
+    *,
+    noisy_rows: int = 0,
+    columns: int | None = None,
 ) -> np.ndarray:
-    """Points in [0,1]^d: leaf_counts[c] per leaf (or `rows` resampled), shuffled."""
+    """Points in [0,1]^columns: leaf_counts[c] per leaf (or `rows` resampled; `base.fill_empty`
+    when the leaves are empty), shuffled. The leaf grid cuts the first leaf_counts.ndim columns;
+    the others (columns > ndim) are uniform on [0,1], independently (the grid says nothing
+    about them)."""
     d, k = leaf_counts.ndim, leaf_counts.shape[0]
-    counts = resample_counts(leaf_counts.reshape(-1).astype(np.int64), rows, rng)
+    counts = output_counts(leaf_counts.reshape(-1).astype(np.int64), rows, noisy_rows, rng)
     lower = np.column_stack(np.unravel_index(np.arange(counts.size), (k,) * d)) / k
     width = np.full_like(lower, 1.0 / k)
     pts = placement.place_in_boxes(lower, width, leaf_slopes(leaf_counts).T, counts, rng)
-    return pts[rng.permutation(pts.shape[0])]
+    pts = pts[rng.permutation(pts.shape[0])]
+    return placement.uniform_columns(pts, d if columns is None else columns, rng)
 
 
 def run(
@@ -431,7 +544,7 @@ def run(
     hp = plan(noisy_rows, epsilon, X.shape[1], relation)
     leaves = release_leaf_counts(X, hp, source, ledger, rng)
     return MechanismRun(
-        points=place_points(leaves, rng, rows),
+        points=place_points(leaves, rng, rows, noisy_rows=noisy_rows, columns=hp.d),
         description=hp.to_json(),
         guarantee="no a-priori W1 bound (least-squares and pruning post-processing are outside "
         "Theorem 3.9); epsilon-DP by the sensitivity argument in the module docstring",

@@ -86,7 +86,7 @@ def leaf_codes(X: np.ndarray, depth: int) -> np.ndarray:
     n, d = X.shape
     bits = bits_per_coordinate(depth, d)
     codes = np.zeros(n, dtype=np.int64)
-    for c in range(d):
+    for c in range(min(d, depth)):  # coordinates >= depth are never halved
         b = int(bits[c])
         if b == 0:  # coordinate never split at this depth
             continue
@@ -109,7 +109,7 @@ def cell_grid_index(codes: np.ndarray, depth: int, d: int) -> np.ndarray:
     bits = bits_per_coordinate(depth, d)
     q = np.zeros((codes.shape[0], d), dtype=np.int64)
     codes = np.asarray(codes, dtype=np.int64)
-    for c in range(d):
+    for c in range(min(d, depth)):  # coordinates >= depth are never halved
         if bits[c]:
             q[:, c] = _grid_index(codes, depth, d, c, int(bits[c]))
     return q
@@ -142,7 +142,7 @@ def points_in_cells(codes: np.ndarray, depth: int, d: int, rng: np.random.Genera
     codes = np.asarray(codes, dtype=np.int64)
     # Same draws and values as (cell_grid_index(codes) + rng.random((m, d))) / 2**bits, in place.
     points = rng.random((codes.shape[0], d))
-    for c in range(d):
+    for c in range(min(d, depth)):  # coordinates >= depth are never halved
         if bits[c]:
             points[:, c] += _grid_index(codes, depth, d, c, int(bits[c]))
     points /= np.exp2(bits)

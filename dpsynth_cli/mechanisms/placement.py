@@ -74,3 +74,25 @@ def place_in_boxes(
     for c in range(d):
         u[:, c] = linear_inverse_cdf(slopes[box, c], u[:, c])
     return lower[box] + width[box] * u
+
+
+_CHUNK_VALUES = 1 << 22  # uniform draws per chunk in `uniform_columns` (32 MiB of float64)
+
+
+def uniform_columns(points: np.ndarray, columns: int, rng: np.random.Generator) -> np.ndarray:
+    """points (m, c) widened to (m, columns): the extra columns iid uniform on [0, 1).
+
+    For columns a partition never cuts (high dimensions): every cell spans [0, 1] along them, so
+    the cell's measure is uniform there. Drawn in row chunks (C order, the same numbers as one
+    draw of the whole block), so memory stays at the output's. `points` itself when nothing is
+    added (no draws).
+    """
+    m, c = points.shape
+    if columns <= c:
+        return points
+    out = np.empty((m, columns))
+    out[:, :c] = points
+    step = max(1, _CHUNK_VALUES // (columns - c))
+    for lo in range(0, m, step):
+        out[lo : lo + step, c:] = rng.random((min(step, m - lo), columns - c))
+    return out

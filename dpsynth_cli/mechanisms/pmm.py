@@ -14,7 +14,15 @@ epsilon; r is capped so that the tree has at most 2^LEAF_CAP_LOG2 leaves (bounde
 
 Output: consistent counts by Algorithm 3 (proportional transformation), then m_theta points
 drawn uniformly in each leaf cell: "choose any points in the cell" made concrete without looking
-at the data, so it is post-processing.
+at the data, so it is post-processing. The output size is the consistent root, i.e. the clipped
+noisy root count (its noise scale sigma_0 is the largest; in high d about 3.4 sqrt(eps n)/eps).
+`--rows N` draws N cells from m_theta; if m_theta has no mass (a noisy root <= 0), the uniform
+measure on the cube stands in (`base.fill_empty`: N rows, or the noisy count's without
+`--rows`).
+
+High dimensions: the depth r <= 24 does not depend on d, so when d > r only the first r
+coordinates are ever halved (once each) and the others are uniform on [0, 1] in every cell; the
+leaf counts never exceed 2^24 and the cost is O(n d + 2^r) for any d.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from fractions import Fraction
 import numpy as np
 
 from dpsynth_cli.mechanisms import partition
-from dpsynth_cli.mechanisms.base import MechanismRun, resample_counts
+from dpsynth_cli.mechanisms.base import MechanismRun, output_counts, resample_counts
 from dpsynth_cli.mechanisms.consistency import make_consistent
 from dpsynth_cli.privacy import noise
 from dpsynth_cli.privacy.ledger import Ledger, Spend, histogram_sensitivity
@@ -164,9 +172,11 @@ def run(
 ) -> MechanismRun:
     """Algorithm 4 end to end, with the a-priori bound of Theorem 3.10 at the noisy count."""
     pmm = plan(noisy_rows, epsilon, X.shape[1], relation)
-    leaves = consistent_leaf_counts(X, pmm, source, ledger, rng)
+    leaves = output_counts(
+        consistent_leaf_counts(X, pmm, source, ledger, rng), rows, noisy_rows, rng
+    )
     return MechanismRun(
-        points=sample_points(leaves, pmm, rng, rows),
+        points=sample_points(leaves, pmm, rng),
         description=pmm.to_json(),
         guarantee="a-priori bound on expected W1 (L-infinity metric), dissertation Theorem 3.10, "
         "with the constant 2*sqrt(2) that its proof via Theorem 3.9 gives (3.10 prints sqrt(2))",

@@ -23,7 +23,12 @@ count only):
    place each leaf's points by a per-axis linear density whose slope is the central difference
    of the released densities (count / volume) one leaf width away on either side
    (`leaf_slopes`, `placement.py`), as low-discrepancy points. Only released values, the public
-   geometry and `rng` are used.
+   geometry and `rng` are used. Output size (no `rows`): clipping and zeroing move the total away
+   from the sum of the noisy leaf counts (unbiased for n); beyond 3 of its standard deviations
+   and 5%, the sizes are rescaled to it (`base.settle_total`). Sizes with no mass are replaced by
+   the uniform measure on the cube (`base.fill_empty`: `rows`, or the noisy count's rows).
+   High d: only coordinates below min(d, D) can be halved (level j halves coordinate
+   (j-1) mod d), so for d > D the other columns are uniform on [0, 1] in every leaf.
 
 Privacy. Neighbouring relation add/remove one row (default): X' = X + {r}. The sensitivity of
 every count is 1, and r changes the count of exactly one node per level: the nodes on its path.
@@ -98,7 +103,13 @@ from typing import Any
 import numpy as np
 
 from dpsynth_cli.mechanisms import partition, placement
-from dpsynth_cli.mechanisms.base import MechanismRun, resample_counts
+from dpsynth_cli.mechanisms.base import (
+    MechanismRun,
+    discrete_laplace_variance,
+    fill_empty,
+    resample_counts,
+    settle_total,
+)
 from dpsynth_cli.privacy import noise
 from dpsynth_cli.privacy.ledger import EPS_GRID, Ledger, Spend, histogram_sensitivity
 
@@ -443,11 +454,17 @@ def place_points(
     pt: PrivTreePlan,
     rng: np.random.Generator,
 ) -> np.ndarray:
-    """sizes[i] points in leaf i under its linear density (`placement`), in random order."""
-    lower, width = leaf_boxes(leaves, levels, pt.d)
+    """sizes[i] points in leaf i under its linear density (`placement`), in random order.
+
+    Only the first min(d, D) coordinates can be halved above depth D (level j halves coordinate
+    j - 1 when j <= d): boxes and slopes are computed on those (the same geometry as on all d),
+    and the other columns, which every leaf spans, are uniform on [0, 1] (`uniform_columns`).
+    """
+    cut = min(pt.d, pt.max_depth)
+    lower, width = leaf_boxes(leaves, levels, cut)
     slopes = leaf_slopes(leaves, levels, sizes, lower, width, pt.max_depth)
     points = placement.place_in_boxes(lower, width, slopes, sizes, rng)
-    return points[rng.permutation(points.shape[0])]
+    return placement.uniform_columns(points[rng.permutation(points.shape[0])], pt.d, rng)
 
 
 def run(
@@ -465,6 +482,10 @@ def run(
     pt = plan(noisy_rows, epsilon, X.shape[1], relation)
     rel = release(X, pt, source, ledger)
     sizes = leaf_sizes(rel, pt, rng, rows)
+    if rows is None:  # the sum of the noisy leaf counts is unbiased for n (a partition)
+        sd = math.sqrt(rel.leaves.size * discrete_laplace_variance(pt.count_scale))
+        sizes = settle_total(sizes, float(rel.noisy_counts.sum()), sd, rng)
+    sizes = fill_empty(sizes, rows, noisy_rows, rng, np.exp2(-rel.levels.astype(np.float64)))
     description = pt.to_json() | {"leaf_cells": int(rel.leaves.size)}
     return MechanismRun(
         points=place_points(rel.leaves, rel.levels, sizes, pt, rng),

@@ -44,12 +44,20 @@ from fractions import Fraction
 import numpy as np
 
 from dpsynth_cli.mechanisms import placement, transport
-from dpsynth_cli.mechanisms.base import MechanismRun, resample_counts
+from dpsynth_cli.mechanisms.base import (
+    MechanismRun,
+    discrete_laplace_variance,
+    fill_empty,
+    resample_counts,
+)
 from dpsynth_cli.mechanisms.hierarchy import leaf_slopes
 from dpsynth_cli.privacy import noise
 from dpsynth_cli.privacy.ledger import Ledger, Spend, histogram_sensitivity
 
 CELL_CAP_LOG2 = 17  # at most 131072 cells: about 20-30 s for the exact flow (docs/benchmarks.md)
+# King-move arcs number about (3k)^d; beyond this cap (d >= 8 with k = 2) k drops, down to a
+# single cell, whose release is the uniform measure: slow is acceptable, a hang is not.
+ARC_CAP_LOG2 = 24
 RESOLUTION = 1.0  # m = RESOLUTION * eps * n / sens cells (Corollary 3.7: 1)
 PLACEMENTS = ("linear", "uniform", "centre")
 PLACEMENT = "linear"
@@ -93,7 +101,7 @@ def cells_per_axis(noisy_n: int, epsilon: Fraction, d: int, sensitivity: int) ->
     """k with k^d about RESOLUTION eps n / sens (log-rounded), at least 1, k^d under the cap."""
     target = RESOLUTION * float(epsilon) / sensitivity * max(noisy_n, 1)
     k = max(1, round(max(target, 1.0) ** (1.0 / d)))
-    while k > 1 and k**d > 1 << CELL_CAP_LOG2:
+    while k > 1 and (k**d > 1 << CELL_CAP_LOG2 or (k * 3) ** d > 1 << ARC_CAP_LOG2):
         k -= 1
     return k
 
@@ -160,11 +168,6 @@ def place_points(
     return pts[rng.permutation(pts.shape[0])]
 
 
-def discrete_laplace_variance(scale: Fraction) -> float:
-    p = math.exp(-1.0 / float(scale))
-    return 2.0 * p / (1.0 - p) ** 2
-
-
 def noise_term(pp: PsmmPlan) -> float:
     """Explicit bound on N * E d_BL(mu_Y, nu): the dyadic chaining sum of the module docstring."""
     sd = math.sqrt(discrete_laplace_variance(pp.scale))
@@ -210,9 +213,13 @@ def run(
 ) -> MechanismRun:
     """Algorithm 1 end to end with the exact sparse projection and the Theorem 3.6 bound."""
     pp = plan(noisy_rows, epsilon, X.shape[1], relation)
-    counts = noisy_counts(X, pp, source, ledger)
+    # High d: one cell per axis (k = 1) is a single cell, which one column describes; the other
+    # columns are uniform in it (no (1,)*d arrays, which numpy refuses beyond 64 dimensions).
+    cut = X.shape[1] if pp.k > 1 else 1
+    counts = noisy_counts(X[:, :cut], pp, source, ledger)
     proj = project(counts, pp, rng)
     units = proj.multiplicities if proj is not None else np.zeros_like(counts)
+    units = fill_empty(units, rows, noisy_rows, rng)  # no mass: the uniform measure stands in
     description = pp.to_json() | {
         "projection": "d_BL-closest probability measure: corrected Algorithm 2 as an integer "
         "min-cost flow on the king-move grid graph (exact)",
@@ -222,7 +229,7 @@ def run(
     if proj is not None:
         description["projection_result"] = proj.to_json()
     return MechanismRun(
-        points=place_points(units, rng, rows),
+        points=placement.uniform_columns(place_points(units, rng, rows), X.shape[1], rng),
         description=description,
         guarantee="a-priori bound on expected W1 (L-infinity metric), dissertation Theorem 3.6 "
         "with its Laplacian-complexity term bounded explicitly (dyadic chaining over the grid), "
