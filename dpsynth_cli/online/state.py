@@ -1,0 +1,192 @@
+"""Saving and resuming the online mechanism's whole state (`--state DIR`).
+
+The state is SECRET: it holds exact per-region counts, the noise already drawn (thresholds,
+Binary Mechanism nodes, level totals), the pending firing times and, for d = 1, the rows' codes.
+Anyone who reads it learns far more than the releases. It is written with owner-only
+permissions (directory 0700, file 0600) and must never be published or shared.
+
+Layout: DIR/state.npz, one file (numpy arrays plus the metadata as JSON), so a save is one atomic
+replace: it is written to a temporary file in DIR (created 0600), flushed, fsynced, renamed over
+the old file, and the directory is fsynced. A crash or SIGKILL at any moment leaves either the
+old state or the new one, never a mix; temporary files of dead processes are removed on the next
+run. DIR/lock is held (flock) for the whole run, so two runs never continue the same state (that
+would release the same checkpoint twice with independent noise: a double spend).
+
+A state is only continued by a run with the same columns, types, bounds, epsilon, neighbouring
+relation and allocation; anything else is refused (`PrivacyRefusal`, exit 3) with a one-line
+reason, since a different mechanism on the same stream would spend its budget again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import io
+import json
+import os
+import tempfile
+import zipfile
+from collections.abc import Iterator
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from dpsynth_cli.domain import ColumnSpec
+from dpsynth_cli.errors import DataError, PrivacyRefusal, UsageError
+from dpsynth_cli.online.counters import CounterBank
+from dpsynth_cli.online.engine import OnlineEngine
+from dpsynth_cli.online.params import OnlinePlan
+
+FORMAT = "dpsynth.online-state/1"
+STATE_FILE = "state.npz"
+LOCK_FILE = "lock"
+_TMP_PREFIX = ".state.npz."
+
+
+def identity(plan: OnlinePlan, specs: list[ColumnSpec]) -> dict[str, Any]:
+    """What a state must share with a run that continues it (all public)."""
+    return {
+        "columns": [
+            {"name": s.name, "type": s.kind, "lower": s.lower, "upper": s.upper} for s in specs
+        ],
+        "epsilon": str(plan.epsilon),
+        "neighbouring_relation": plan.relation,
+        "allocation": plan.allocation,
+    }
+
+
+def _difference(stored: dict[str, Any], current: dict[str, Any]) -> str | None:
+    """A one-line reason why `current` may not continue `stored`, or None."""
+    a, b = stored["columns"], current["columns"]
+    if [c["name"] for c in a] != [c["name"] for c in b]:
+        names = ",".join(c["name"] for c in a)
+        return f"it was made for the columns {names}, not " + ",".join(c["name"] for c in b)
+    for x, y in zip(a, b, strict=True):
+        if x["type"] != y["type"]:
+            return f"column '{x['name']}' was {x['type']} there, {y['type']} here"
+        if (x["lower"], x["upper"]) != (y["lower"], y["upper"]):
+            return f"the bounds of column '{x['name']}' differ from the state's"
+    if stored["epsilon"] != current["epsilon"]:
+        return f"it was made with --eps {float(Fraction(stored['epsilon'])):g}"
+    if stored["neighbouring_relation"] != current["neighbouring_relation"]:
+        return f"it was made with --neighboring {stored['neighbouring_relation']}"
+    if stored["allocation"] != current["allocation"]:
+        return f"it was made with --allocation {stored['allocation']}"
+    return None
+
+
+@contextlib.contextmanager
+def locked(state_dir: str) -> Iterator[None]:
+    """Create DIR (0700) if needed and hold its lock for the block; refuse if another run has it."""
+    try:
+        os.makedirs(state_dir, mode=0o700, exist_ok=True)
+        os.chmod(state_dir, 0o700)
+        fd = os.open(os.path.join(state_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise DataError(f"cannot use state directory {state_dir}: {exc.strerror}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise PrivacyRefusal(
+                f"state {state_dir} is in use by another run (continuing it twice would "
+                "release checkpoints twice)"
+            ) from None
+        _remove_stale(state_dir)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _remove_stale(state_dir: str) -> None:
+    for name in os.listdir(state_dir):
+        if name.startswith(_TMP_PREFIX) and name.endswith(".tmp"):
+            pid = name[len(_TMP_PREFIX) :].split(".")[0]
+            if pid.isdigit() and not _alive(int(pid)):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(state_dir, name))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def write_secret(path: str, data: bytes) -> None:
+    """Atomic owner-only write: temp file (0600) in the same directory, fsync, rename, fsync dir."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f"{_TMP_PREFIX}{os.getpid()}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), 0o600)
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    dfd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def save(state_dir: str, engine: OnlineEngine, meta: dict[str, Any]) -> None:
+    """Write the engine's whole state and `meta` (the caller holds `locked(state_dir)`)."""
+    arrays: dict[str, np.ndarray] = {}
+    for j, bank in enumerate(engine.banks, start=1):
+        for name, arr in bank.arrays().items():
+            arrays[f"bank{j}.{name}"] = arr
+    if engine.history is not None:
+        arrays["history"] = engine.history
+    full = {
+        **meta,
+        "format": FORMAT,
+        "t": engine.t,
+        "level": engine.level,
+        "d": engine.plan.d,
+        "replicas": engine.replicas,
+    }
+    arrays["meta"] = np.frombuffer(json.dumps(full).encode("utf-8"), dtype=np.uint8)
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    write_secret(os.path.join(state_dir, STATE_FILE), buf.getvalue())
+
+
+def load(state_dir: str, plan: OnlinePlan, ident: dict[str, Any]) -> tuple[OnlineEngine, dict]:
+    """The saved engine and metadata, or a fresh engine and {} when DIR holds no state yet."""
+    path = os.path.join(state_dir, STATE_FILE)
+    if not os.path.exists(path):
+        return OnlineEngine(plan), {}
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            files = {k: z[k] for k in z.files}
+        meta = json.loads(bytes(files.pop("meta")).decode("utf-8"))
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+        raise DataError(f"state {state_dir} is damaged or not a dpsynth state") from None
+    if meta.get("format") != FORMAT:
+        raise UsageError(f"state {state_dir} has an unknown format")
+    reason = _difference(meta["identity"], ident)
+    if reason is not None:
+        raise PrivacyRefusal(f"refusing to continue state {state_dir}: {reason}")
+    engine = OnlineEngine(
+        plan, replicas=int(meta.get("replicas", 1)), t=int(meta["t"]), level=int(meta["level"])
+    )
+    for j in range(1, max(engine.level, 0) + 1):
+        prefix = f"bank{j}."
+        engine.banks.append(
+            CounterBank.from_arrays(
+                {k[len(prefix) :]: v for k, v in files.items() if k.startswith(prefix)}
+            )
+        )
+    engine.history = files.get("history")
+    return engine, meta
