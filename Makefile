@@ -18,6 +18,7 @@ demo: $(STAMP)
 		-o sample_data/out/patients.synth.csv
 	@echo "synthetic data: sample_data/out/patients.synth.csv"
 	@echo "privacy report: sample_data/out/patients.synth.csv.report.json"
+	@echo "to run dpsynth yourself: source .venv/bin/activate  (or .venv/bin/dpsynth)"
 
 test: $(STAMP)
 	$(BIN)/ruff check dpsynth_cli tests benchmarks
