@@ -1,32 +1,41 @@
 """The `synth` job as a library call: table in, DP synthetic table and public report out.
 
-Flow: choose columns and public bounds -> (DP bounds for undeclared columns) -> rescale to
-[0,1]^d -> noisy count -> mechanism (`auto`: chosen from public quantities) -> back to original
-units. Every step that reads the rows spends budget through the ledger; everything in the report
-is built from the ledger's released values and public parameters (see `report.build_report`).
+Flow: choose columns and public bounds -> first pass: row count and histograms for DP bounds of
+undeclared columns -> rescale to [0,1]^d -> noisy count -> mechanism (`auto`: chosen from public
+quantities), which reads the rows through its own statistics passes -> synthetic points drawn in
+batches, back to original units. Every pass reads record batches, so memory is bounded by a
+batch and the statistics, not by the number of rows. Every step that reads the rows spends
+budget through the ledger; everything in the report is built from the ledger's released values
+and public parameters (see `report.build_report`).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from functools import partial
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from dpsynth_cli.domain import ColumnSpec, Domain, value_matrix
+from dpsynth_cli.engine.rows import BatchesSource, Rows, as_rows
 from dpsynth_cli.errors import UsageError
 from dpsynth_cli.mechanisms import hierarchy, lowdim, pmm, privtree, psmm, select
 from dpsynth_cli.mechanisms.base import Mechanism, MechanismRun
-from dpsynth_cli.mechanisms.bounds import estimate_bounds, estimated_notice
+from dpsynth_cli.mechanisms.bounds import estimate_bounds, estimated_notice, histograms
 from dpsynth_cli.mechanisms.count import noisy_count
 from dpsynth_cli.privacy.ledger import Ledger, check_epsilon, round_down
 from dpsynth_cli.privacy.noise import RandomSource
 from dpsynth_cli.uniformity import signal_block, weak_guarantee_notice
 
 DEFAULT_BOUNDS_SHARE = 0.1
+# The signal check and the diagnostics look at the first batch of this many output rows (all of
+# them when the output is smaller): enough for their tests, bounded memory for any output.
+SIGNAL_ROWS = 1_000_000
 COUNT_SHARE = 0.05
 MECHANISMS: dict[str, Mechanism] = {
     "auto": select.run,
@@ -112,9 +121,9 @@ def plan_budget(options: SynthOptions, specs: list[ColumnSpec]) -> BudgetPlan:
 
 @dataclass
 class SynthResult:
-    """Synthetic table, the public report pieces, and (only if asked) non-private diagnostics."""
+    """The release (synthetic points drawn lazily, in batches), the public report pieces, and
+    (only if asked) non-private diagnostics."""
 
-    table: pa.Table
     domain: Domain
     budget: BudgetPlan
     ledger: Ledger
@@ -124,18 +133,80 @@ class SynthResult:
     diagnostics: dict[str, Any] | None = None
     notices: list[str] = field(default_factory=list)
 
+    @property
+    def output_rows(self) -> int:
+        return self.run.output.rows
+
+    def batches(self, batch_rows: int | None = None) -> Iterator[pa.Table]:
+        """The synthetic table in original units, at most `batch_rows` rows per piece."""
+        for points in self.run.output.batches(batch_rows):
+            yield self.domain.from_unit(points)
+
+    @property
+    def table(self) -> pa.Table:
+        """The whole synthetic table at once (in memory)."""
+        return next(self.batches())
+
+
+# A source of the table's rows for the statistics passes: a table in memory, or a function that
+# starts a new pass over record batches (pa.RecordBatch or pa.Table) each time it is called.
+TableData = pa.Table | Callable[[], Iterable[pa.RecordBatch | pa.Table]]
+
+
+def value_rows(data: TableData, specs: list[ColumnSpec]) -> Rows:
+    """The declared columns' complete rows (float64, original units), read only in passes."""
+    if isinstance(data, pa.Table):  # no complete rows is a valid input: n is private
+        return as_rows(value_matrix(data, specs).reshape(-1, len(specs)))
+
+    def batches() -> Iterator[np.ndarray]:
+        for batch in data():
+            yield value_matrix(batch, specs).reshape(-1, len(specs))
+
+    return Rows(BatchesSource(batches), len(specs))
+
+
+@dataclass
+class CountAndBounds:
+    """The first pass: the number of complete rows, and the bounds-estimate histograms of the
+    undeclared columns (exact integers; batches add)."""
+
+    columns: tuple[int, ...]
+    n: int = 0
+    fine: dict[int, np.ndarray] = field(default_factory=dict)
+
+    def add(self, X: np.ndarray) -> None:
+        self.n += X.shape[0]
+        for j in self.columns:
+            h = histograms(X[:, j])
+            self.fine[j] = self.fine[j] + h if j in self.fine else h
+
+    def merge(self, other: CountAndBounds) -> CountAndBounds:
+        self.n += other.n
+        for j, h in other.fine.items():
+            self.fine[j] = self.fine[j] + h if j in self.fine else h
+        return self
+
 
 def synthesize(
-    table: pa.Table, specs: list[ColumnSpec], options: SynthOptions, source: RandomSource
+    data: TableData,
+    specs: list[ColumnSpec],
+    options: SynthOptions,
+    source: RandomSource,
+    *,
+    rows: Rows | None = None,
 ) -> SynthResult:
-    """Run the whole private pipeline on an in-memory table."""
+    """Run the whole private pipeline: a first pass (row count, histograms for DP bounds), then
+    the mechanism's own passes over the rows rescaled to [0,1]^d. `rows`, if given, are the
+    complete value rows already (e.g. from `engine.dask`); `data` is then not read."""
     budget = plan_budget(options, specs)
     ledger = Ledger(budget.total, options.relation)
-    values = value_matrix(table, specs)  # no complete rows is a valid input: n is private
-    specs, notices = _complete_bounds(values, specs, budget, source, ledger)
+    raw = rows if rows is not None else value_rows(data, specs)
+    undeclared = tuple(j for j, s in enumerate(specs) if not s.has_bounds)
+    first = raw.collect(partial(CountAndBounds, undeclared))
+    specs, notices = _complete_bounds(first.fine, specs, budget, source, ledger)
     domain = Domain(tuple(specs))
-    X = domain.to_unit(values)
-    n_hat = noisy_count(X.shape[0], budget.count, source.spawn("count"), ledger)
+    X = raw.map(domain.to_unit, len(specs))
+    n_hat = noisy_count(first.n, budget.count, source.spawn("count"), ledger)
     call = {
         "epsilon": budget.mechanism,
         "noisy_rows": n_hat,
@@ -150,17 +221,17 @@ def synthesize(
     else:
         inner = MECHANISMS[options.mechanism]
         run = lowdim.run(X, source=source.spawn("lowdim"), dim=dim, inner=inner, **call)
-    table_out = domain.from_unit(run.points)
-    signal, signal_notices = signal_block(run.points, [s.name for s in specs], run.w1_bound)
+    sample = next(run.output.batches(SIGNAL_ROWS))  # all points when they fit
+    signal, signal_notices = signal_block(sample, [s.name for s in specs], run.w1_bound)
     notices += weak_guarantee_notice(options.epsilon) + signal_notices
-    result = SynthResult(table_out, domain, budget, ledger, run, n_hat, signal, notices=notices)
+    result = SynthResult(domain, budget, ledger, run, n_hat, signal, notices=notices)
     if options.diagnostics:
-        result.diagnostics = _diagnostics(X, run.points)
+        result.diagnostics = _diagnostics(X, sample, first.n)
     return result
 
 
 def _complete_bounds(
-    values: np.ndarray,
+    fine: dict[int, np.ndarray],
     specs: list[ColumnSpec],
     budget: BudgetPlan,
     source: RandomSource,
@@ -172,7 +243,7 @@ def _complete_bounds(
         if not spec.has_bounds:
             eps = budget.bounds[spec.name]
             lo, hi = estimate_bounds(
-                values[:, j], spec.name, eps, source.spawn(f"bounds:{spec.name}"), ledger
+                fine[j], spec.name, eps, source.spawn(f"bounds:{spec.name}"), ledger
             )
             if spec.kind == "integer":  # whole numbers; the released upper edge is exclusive
                 lo, hi = math.ceil(lo), max(math.ceil(hi) - 1, math.ceil(lo))
@@ -182,14 +253,34 @@ def _complete_bounds(
     return done, notices
 
 
-def _diagnostics(X: np.ndarray, Y: np.ndarray) -> dict[str, Any]:
-    """Empirical W1 between input and output: reads raw data, so NOT differentially private."""
+class _FirstRows:
+    """The first `limit` rows a pass sees (for the labelled, non-private diagnostics)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.rows = limit, np.zeros((0, 0))
+
+    def add(self, X: np.ndarray) -> None:
+        if self.rows.shape[0] < self.limit:
+            take = X[: self.limit - self.rows.shape[0]]
+            self.rows = take if self.rows.size == 0 else np.vstack([self.rows, take])
+
+    def merge(self, other: _FirstRows) -> _FirstRows:
+        self.add(other.rows)
+        return self
+
+
+def _diagnostics(X: Rows, Y: np.ndarray, n: int) -> dict[str, Any]:
+    """Empirical W1 between input and output: reads raw data, so NOT differentially private.
+    Beyond SIGNAL_ROWS rows, between the first SIGNAL_ROWS input rows and a random sample of as
+    many output rows."""
     from dpsynth_cli.evaluate.w1 import w1_summary
 
+    head = X.collect(partial(_FirstRows, SIGNAL_ROWS)).rows
     return {
         "NOT_DIFFERENTIALLY_PRIVATE": True,
         "warning": "computed from the raw input; do not release",
-        "input_rows": int(X.shape[0]),
+        "input_rows": int(n),
         "input_rows_note": "the true number of complete rows: private",
-        "w1_unit_cube": w1_summary(X, Y) if X.shape[0] and Y.shape[0] else None,
+        "w1_rows_compared": [int(head.shape[0]), int(Y.shape[0])],
+        "w1_unit_cube": w1_summary(head, Y) if head.shape[0] and Y.shape[0] else None,
     }

@@ -34,6 +34,7 @@ from functools import cache
 import numpy as np
 import pytest
 
+from dpsynth_cli.engine.rows import as_rows
 from dpsynth_cli.mechanisms import partition, pmm, privtree
 from dpsynth_cli.privacy import noise
 from dpsynth_cli.privacy.ledger import Ledger
@@ -224,7 +225,7 @@ def test_leaves_partition_the_cube():
     X = sample(5000, 2)
     pt = privtree.plan(5000, Fraction(2), 2, "add-remove")
     codes = np.sort(partition.leaf_codes(X, pt.max_depth))
-    leaves, levels = privtree.grow(codes, pt, stream("partition"))
+    leaves, levels, exact = privtree.grow(as_rows(X), pt, stream("partition"))
     assert leaves.size > 10
     volume = sum(Fraction(1, 2 ** int(j)) for j in levels)
     assert volume == 1
@@ -234,6 +235,7 @@ def test_leaves_partition_the_cube():
     assert np.array_equal(lo[order][1:], hi[order][:-1])  # contiguous and disjoint
     counts = np.searchsorted(codes, hi) - np.searchsorted(codes, lo)
     assert counts.sum() == X.shape[0]
+    assert np.array_equal(exact, counts)  # the statistics passes count what sorted codes count
 
 
 def test_leaf_boxes_and_slopes_follow_the_released_densities():

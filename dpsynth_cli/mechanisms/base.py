@@ -1,37 +1,108 @@
 """What every synthesis mechanism takes and returns, so `synth` can run any of them.
 
-A mechanism reads X (rows in [0,1]^d), spends exactly its epsilon through the ledger, and returns
-points in [0,1]^d with a public description for the report. It may use the noisy row count (a
-released value) but never the true one.
+A mechanism reads rows in [0,1]^d only through statistics passes (`engine.rows.Rows`), spends
+exactly its epsilon through the ledger, and returns an `Output`: released cell sizes and how to
+place points in the cells, which yields the synthetic points in batches of bounded size, plus a
+public description for the report. It may use the noisy row count (a released value) but never
+the true one.
 """
 
 from __future__ import annotations
 
+import copy
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Protocol
 
 import numpy as np
 
+from dpsynth_cli.engine.rows import Rows
 from dpsynth_cli.privacy.ledger import Ledger
 from dpsynth_cli.privacy.noise import RandomSource
+
+# (cells, their sizes, rng) -> the points of those cells, (sizes.sum(), d), in random row order.
+Place = Callable[[np.ndarray, np.ndarray, np.random.Generator], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Output:
+    """A release made concrete lazily: cell sizes (released values after post-processing) and
+    the placement of points in cells. `batches` draws the points with a copy of the generator as
+    it stood after the release, so it gives the same points every call, and a mechanism's points
+    come out exactly as they did when it placed all of them at once (one batch)."""
+
+    sizes: np.ndarray
+    place: Place
+    rng: np.random.Generator
+    d: int
+
+    @property
+    def rows(self) -> int:
+        return int(self.sizes.sum())
+
+    def batches(self, batch_rows: int | None = None) -> Iterator[np.ndarray]:
+        """The points, at most `batch_rows` per batch (None: all at once), in uniformly random
+        row order across batches (`split_batches`)."""
+        rng = copy.deepcopy(self.rng)
+        if batch_rows is None or self.rows <= batch_rows:
+            yield self.place(np.arange(self.sizes.size), self.sizes, rng)
+            return
+        for cells, counts in split_batches(self.sizes, batch_rows, rng):
+            yield self.place(cells, counts, rng)
+
+    def map(self, f: Callable[[np.ndarray], np.ndarray], d: int) -> Output:
+        """The same output through the row-wise map f into d columns (e.g. `--dim`'s way back)."""
+        place = self.place
+        return Output(self.sizes, lambda c, s, g: f(place(c, s, g)), self.rng, d)
+
+
+def split_batches(
+    sizes: np.ndarray, batch_rows: int, rng: np.random.Generator
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(cells, sizes) of consecutive batches of at most batch_rows rows that together hold every
+    row once, in a uniformly random order of the rows (post-processing).
+
+    Each row gets a uniformly random binary key, drawn a bit at a time where needed: a group of
+    rows is halved by a Binomial(count, 1/2) per cell (the rows whose next key bit is 0 go
+    first) until it fits a batch; sorting rows by iid uniform keys is a uniformly random order,
+    and the caller shuffles within a batch. Work is about (rows + cells) log(rows / batch_rows);
+    only cells with rows are carried, and at most log2(rows / batch_rows) groups wait at once.
+    """
+    keep = sizes > 0
+    stack = [(np.flatnonzero(keep), np.asarray(sizes[keep], dtype=np.int64))]
+    while stack:
+        cells, counts = stack.pop()
+        if int(counts.sum()) <= batch_rows:
+            yield cells, counts
+            continue
+        first = rng.binomial(counts, 0.5)
+        rest = counts - first
+        stack.append((cells[rest > 0], rest[rest > 0]))
+        stack.append((cells[first > 0], first[first > 0]))
 
 
 @dataclass(frozen=True)
 class MechanismRun:
-    """Synthetic points and what the report may say about how they were made."""
+    """Synthetic points (lazily, in batches) and what the report may say about how they were
+    made."""
 
-    points: np.ndarray
+    output: Output
     description: dict[str, Any]
     guarantee: str
     w1_bound: float | None = None
+
+    @property
+    def points(self) -> np.ndarray:
+        """Every synthetic point at once (in memory: small outputs, tests)."""
+        return next(self.output.batches())
 
 
 class Mechanism(Protocol):
     def __call__(
         self,
-        X: np.ndarray,
+        X: Rows | np.ndarray,
         *,
         epsilon: Fraction,
         noisy_rows: int,

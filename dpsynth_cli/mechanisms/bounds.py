@@ -266,13 +266,14 @@ def release(
     copies: int = 1,
 ) -> tuple[np.ndarray, np.ndarray, Plan]:
     """``copies`` independent releases on one column: (lower, upper, plan); NaN: nothing found.
+    ``values``: the column's values (1-d), or their `histograms` (2-d, e.g. summed over batches).
 
     ``estimate_bounds`` takes one copy; audits and benchmarks batch many (each copy draws its
     own noise, so copies are independent runs of the mechanism).
     """
     p = plan(epsilon, relation)
     edges = bin_edges()
-    fine = histograms(values)
+    fine = values if values.ndim == 2 else histograms(values)
     counts = fine.sum(1)
     bins = counts.size
     noisy = counts + noise.discrete_laplace(source, p.scale_find, copies * bins).reshape(copies, -1)
@@ -327,7 +328,8 @@ def estimate_bounds(
     source: noise.RandomSource,
     ledger: Ledger,
 ) -> tuple[float, float]:
-    """DP bounds of one column (values already without missing entries)."""
+    """DP bounds of one column (values already without missing entries, or their 2-d
+    `histograms`)."""
     lower, upper, p = release(values, epsilon, ledger.relation, source)
     found = None if np.isnan(lower[0]) else (float(lower[0]), float(upper[0]))
     ledger.record(

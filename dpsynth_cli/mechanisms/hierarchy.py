@@ -76,14 +76,23 @@ leaves, plus the n x d output.
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import partial
 
 import numpy as np
 
-from dpsynth_cli.mechanisms import placement
-from dpsynth_cli.mechanisms.base import MechanismRun, discrete_laplace_variance, output_counts
+from dpsynth_cli.engine.rows import Rows, as_rows
+from dpsynth_cli.mechanisms import grid
+from dpsynth_cli.mechanisms.base import (
+    MechanismRun,
+    Output,
+    discrete_laplace_variance,
+    output_counts,
+)
+from dpsynth_cli.mechanisms.grid import leaf_slopes  # noqa: F401 (hierarchy.leaf_slopes)
 from dpsynth_cli.privacy import noise
 from dpsynth_cli.privacy.ledger import Ledger, Spend, histogram_sensitivity
 
@@ -300,20 +309,18 @@ def refine(a: np.ndarray, f: int) -> np.ndarray:
     return a
 
 
-def true_level_counts(X: np.ndarray, hp: HierarchyPlan) -> list[np.ndarray]:
-    """Exact counts of every cell of every level (private: feed only to noise)."""
-    k, d = hp.cells_per_axis[-1], hp.cut
-    idx = np.minimum((X[:, :d] * k).astype(np.int64), k - 1)  # x = 1 goes to the last cell
-    np.maximum(idx, 0, out=idx)
-    flat = np.ravel_multi_index(tuple(idx.T), (k,) * d)
-    counts = [np.bincount(flat, minlength=k**d).reshape((k,) * d)]
+def true_level_counts(X: Rows | np.ndarray, hp: HierarchyPlan) -> list[np.ndarray]:
+    """Exact counts of every cell of every level (private: feed only to noise); one pass for
+    the finest level, the others are its block sums."""
+    make = partial(grid.GridCounts, hp.cells_per_axis[-1], hp.cut)
+    counts = [as_rows(X).collect(make).counts]
     for f in hp.fanouts[:0:-1]:
         counts.insert(0, coarsen(counts[0], f))
     return counts
 
 
 def noisy_level_counts(
-    X: np.ndarray, hp: HierarchyPlan, source: noise.RandomSource, ledger: Ledger
+    X: Rows | np.ndarray, hp: HierarchyPlan, source: noise.RandomSource, ledger: Ledger
 ) -> list[np.ndarray]:
     """True counts plus discrete Laplace noise of scale sigma_i on level i; spend recorded."""
     counts = true_level_counts(X, hp)
@@ -469,7 +476,7 @@ def consistent_leaf_counts(
 
 
 def release_leaf_counts(
-    X: np.ndarray,
+    X: Rows | np.ndarray,
     hp: HierarchyPlan,
     source: noise.RandomSource,
     ledger: Ledger,
@@ -490,24 +497,6 @@ def release_leaf_counts(
 # -- placement ----------------------------------------------------------------------------------
 
 
-def leaf_slopes(counts: np.ndarray) -> np.ndarray:
-    """Relative slopes a (d, k^d) of a per-axis linear density 1 + a (u - 1/2) in each cell.
-
-    Central differences of the neighbouring counts (the cell itself past the cube's faces),
-    relative to the cell's count (`placement.relative_slope`).
-    """
-    d = counts.ndim
-    m = counts.astype(np.float64)
-    out = np.zeros((d, m.size))
-    for c in range(d):
-        pad = np.pad(m, [(1, 1) if a == c else (0, 0) for a in range(d)], mode="edge")
-        hi = [slice(None)] * d
-        lo = [slice(None)] * d
-        hi[c], lo[c] = slice(2, None), slice(0, -2)
-        out[c] = placement.relative_slope(pad[tuple(lo)], m, pad[tuple(hi)]).reshape(-1)
-    return out
-
-
 def place_points(
     leaf_counts: np.ndarray,
     rng: np.random.Generator,
@@ -517,20 +506,14 @@ def place_points(
     columns: int | None = None,
 ) -> np.ndarray:
     """Points in [0,1]^columns: leaf_counts[c] per leaf (or `rows` resampled; `base.fill_empty`
-    when the leaves are empty), shuffled. The leaf grid cuts the first leaf_counts.ndim columns;
-    the others (columns > ndim) are uniform on [0,1], independently (the grid says nothing
-    about them)."""
-    d, k = leaf_counts.ndim, leaf_counts.shape[0]
+    when the leaves are empty), shuffled; `grid.placer` places them."""
     counts = output_counts(leaf_counts.reshape(-1).astype(np.int64), rows, noisy_rows, rng)
-    lower = np.column_stack(np.unravel_index(np.arange(counts.size), (k,) * d)) / k
-    width = np.full_like(lower, 1.0 / k)
-    pts = placement.place_in_boxes(lower, width, leaf_slopes(leaf_counts).T, counts, rng)
-    pts = pts[rng.permutation(pts.shape[0])]
-    return placement.uniform_columns(pts, d if columns is None else columns, rng)
+    place = grid.placer(leaf_counts, leaf_counts.ndim if columns is None else columns)
+    return place(np.arange(counts.size), counts, rng)
 
 
 def run(
-    X: np.ndarray,
+    X: Rows | np.ndarray,
     *,
     epsilon: Fraction,
     noisy_rows: int,
@@ -541,10 +524,12 @@ def run(
     rows: int | None,
 ) -> MechanismRun:
     """Noisy nested-grid counts, least squares, pruning, integer consistency, placement."""
-    hp = plan(noisy_rows, epsilon, X.shape[1], relation)
+    X = as_rows(X)
+    hp = plan(noisy_rows, epsilon, X.d, relation)
     leaves = release_leaf_counts(X, hp, source, ledger, rng)
+    counts = output_counts(leaves.reshape(-1).astype(np.int64), rows, noisy_rows, rng)
     return MechanismRun(
-        points=place_points(leaves, rng, rows, noisy_rows=noisy_rows, columns=hp.d),
+        output=Output(counts, grid.placer(leaves, hp.d), copy.deepcopy(rng), hp.d),
         description=hp.to_json(),
         guarantee="no a-priori W1 bound (least-squares and pruning post-processing are outside "
         "Theorem 3.9); epsilon-DP by the sensitivity argument in the module docstring",

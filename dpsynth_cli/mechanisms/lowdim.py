@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from functools import partial
 from typing import Any
 
 import numpy as np
 
+from dpsynth_cli.engine.rows import Rows, as_rows
 from dpsynth_cli.errors import UsageError
 from dpsynth_cli.mechanisms import moments
 from dpsynth_cli.mechanisms.base import Mechanism, MechanismRun
@@ -112,7 +114,7 @@ def theorem_terms(
 
 
 def run(
-    X: np.ndarray,
+    X: Rows | np.ndarray,
     *,
     epsilon: Fraction,
     noisy_rows: int,
@@ -125,7 +127,8 @@ def run(
     inner: Mechanism,
 ) -> MechanismRun:
     """Algorithm 5 with `inner` as the in-subspace synthesiser; `dim` None chooses d'."""
-    d = X.shape[1]
+    X = as_rows(X)
+    d = X.d
     eps_first, eps_second, eps_inner = split(epsilon)
     released = moments.release(X, eps_first, eps_second, source.spawn("moments"), ledger)
     centre = released.mean(noisy_rows)
@@ -154,14 +157,28 @@ def run(
         full = inner(X, epsilon=eps_inner, source=source.spawn("inner"), rows=rows, **call)
         description["projection"] = "none (d' = d)"
         description["inner"] = full.description
-        return MechanismRun(full.points, description, full.guarantee)
+        return MechanismRun(full.output, description, full.guarantee)
     basis = vectors[:, :k]
     lo, hi = subspace_box(basis, centre)
     width = hi - lo
-    coords = np.clip(((X - centre) @ basis - lo) / width, 0.0, 1.0)
+    coords = X.map(partial(_to_subspace, centre, basis, lo, width), k)
     sub = inner(coords, epsilon=eps_inner, source=source.spawn("inner"), rows=rows, **call)
-    points = np.clip(centre + (lo + sub.points * width) @ basis.T, 0.0, 1.0)
+    output = sub.output.map(partial(_from_subspace, centre, basis, lo, width), d)
     description["basis"] = basis.T.tolist()
     description["subspace_box"] = {"lower": lo.tolist(), "upper": hi.tolist()}
     description["inner"] = sub.description
-    return MechanismRun(points, description, sub.guarantee)
+    return MechanismRun(output, description, sub.guarantee)
+
+
+def _to_subspace(
+    centre: np.ndarray, basis: np.ndarray, lo: np.ndarray, width: np.ndarray, X: np.ndarray
+) -> np.ndarray:
+    """Step 3: rows of [0,1]^d to subspace coordinates rescaled from the box to [0,1]^d'."""
+    return np.clip(((X - centre) @ basis - lo) / width, 0.0, 1.0)
+
+
+def _from_subspace(
+    centre: np.ndarray, basis: np.ndarray, lo: np.ndarray, width: np.ndarray, U: np.ndarray
+) -> np.ndarray:
+    """Step 5: synthetic subspace coordinates back to R^d, then clipped onto [0,1]^d."""
+    return np.clip(centre + (lo + U * width) @ basis.T, 0.0, 1.0)

@@ -35,9 +35,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import partial
 
 import numpy as np
 
+from dpsynth_cli.engine.rows import Rows, as_rows
 from dpsynth_cli.privacy import noise
 from dpsynth_cli.privacy.ledger import Ledger, Spend
 
@@ -64,15 +66,21 @@ class MomentSums:
     second: np.ndarray  # S2, int64 (d, d), symmetric
 
     @classmethod
+    def empty(cls, d: int) -> MomentSums:
+        return cls(d, np.zeros(d, dtype=np.int64), np.zeros((d, d), dtype=np.int64))
+
+    @classmethod
     def of(cls, X: np.ndarray) -> MomentSums:
-        d = X.shape[1]
-        first = np.zeros(d, dtype=np.int64)
-        second = np.zeros((d, d), dtype=np.int64)
+        sums = cls.empty(X.shape[1])
+        sums.add(X)
+        return sums
+
+    def add(self, X: np.ndarray) -> None:
+        """Add a batch of rows in [0,1]^d (int64 sums: exact for any number of batches)."""
         for lo in range(0, X.shape[0], _CHUNK_ROWS):
             q = quantise(X[lo : lo + _CHUNK_ROWS])
-            first += q.sum(axis=0).astype(np.int64)
-            second += (q.T @ q).astype(np.int64)  # exact: integers below 2^53
-        return cls(d, first, second)
+            self.first += q.sum(axis=0).astype(np.int64)
+            self.second += (q.T @ q).astype(np.int64)  # exact: integers below 2^53
 
     def merge(self, other: MomentSums) -> MomentSums:
         return MomentSums(self.d, self.first + other.first, self.second + other.second)
@@ -119,15 +127,16 @@ class NoisyMoments:
 
 
 def release(
-    X: np.ndarray,
+    X: Rows | np.ndarray,
     eps_first: Fraction,
     eps_second: Fraction,
     source: noise.RandomSource,
     ledger: Ledger,
 ) -> NoisyMoments:
-    """Noisy S1 and S2 of the rows X in [0,1]^d, each a ledger entry."""
-    d = X.shape[1]
-    sums = MomentSums.of(X)
+    """Noisy S1 and S2 of the rows X in [0,1]^d (one pass), each a ledger entry."""
+    rows = as_rows(X)
+    d = rows.d
+    sums = rows.collect(partial(MomentSums.empty, d))
     relation = ledger.relation
     s1 = first_sensitivity(d, relation)
     scale1 = noise.as_scale(Fraction(s1) / eps_first)

@@ -15,7 +15,12 @@ built (and taken apart) one coordinate at a time with O(log bits) whole-array sh
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from functools import partial
+
 import numpy as np
+
+from dpsynth_cli.engine.rows import Rows, as_rows
 
 
 def bits_per_coordinate(depth: int, d: int) -> np.ndarray:
@@ -130,10 +135,112 @@ def _sibling_sums(a: np.ndarray) -> np.ndarray:
     return a.reshape(-1, 2).sum(axis=1)
 
 
-def true_level_counts(X: np.ndarray, depth: int) -> list[np.ndarray]:
+def true_level_counts(X: Rows | np.ndarray, depth: int) -> list[np.ndarray]:
     """Exact number of rows of X in every cell of every level (private: feed only to noise)."""
-    leaves = np.bincount(leaf_codes(X, depth), minlength=1 << depth)
+    rows = as_rows(X)
+    leaves = rows.collect(partial(LeafCounts, depth, rows.d)).counts
     return level_counts(leaves, depth)
+
+
+@dataclass
+class LeafCounts:
+    """Rows per cell at `depth` (dense, int64, 2^depth cells): PMM's statistic; batches add."""
+
+    depth: int
+    d: int
+    counts: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.counts = np.zeros(1 << self.depth, dtype=np.int64)
+
+    def add(self, X: np.ndarray) -> None:
+        self.counts += np.bincount(leaf_codes(X, self.depth), minlength=1 << self.depth)
+
+    def merge(self, other: LeafCounts) -> LeafCounts:
+        self.counts = self.counts + other.counts
+        return self
+
+
+@dataclass
+class SubtreeCounts:
+    """Rows per cell k levels below each of `roots` (sorted codes of cells at level `top`): the
+    cells at level top + k inside the roots, as a histogram of len(roots) * 2^k entries, kept
+    sparse (sorted keys and counts) while few entries are filled, dense past DENSE_FILL of them.
+    Either way the counts are exact integers, and any split of the rows into batches gives the
+    same histogram. `counts(cells, level)` answers for any cell at a level in [top, top + k]
+    inside a root. PrivTree's statistic: one pass answers the tree's decisions over k levels.
+    """
+
+    roots: np.ndarray
+    top: int
+    k: int
+    d: int
+    _keys: np.ndarray = field(init=False)
+    _vals: np.ndarray = field(init=False)
+    _dense: np.ndarray | None = field(init=False, default=None)
+    _cum: np.ndarray | None = field(init=False, default=None)
+
+    DENSE_FILL = 1 / 8
+
+    def __post_init__(self) -> None:
+        self._keys = np.zeros(0, dtype=np.int64)
+        self._vals = np.zeros(0, dtype=np.int64)
+
+    @property
+    def size(self) -> int:
+        return self.roots.size << self.k
+
+    def add(self, X: np.ndarray) -> None:
+        codes = leaf_codes(X, self.top + self.k)
+        pos = np.searchsorted(self.roots, codes >> self.k)
+        pos = np.minimum(pos, self.roots.size - 1)
+        inside = self.roots[pos] == codes >> self.k
+        keys = (pos[inside] << self.k) | (codes[inside] & ((1 << self.k) - 1))
+        self._add_keys(*np.unique(keys, return_counts=True))
+
+    def _add_keys(self, keys: np.ndarray, vals: np.ndarray) -> None:
+        """Add counts `vals` at distinct sorted `keys`."""
+        self._cum = None
+        if keys.size == 0:
+            return
+        if self._dense is not None:
+            self._dense[keys] += vals
+            return
+        keys = np.concatenate([self._keys, keys])
+        vals = np.concatenate([self._vals, vals.astype(np.int64)])
+        order = np.argsort(keys, kind="stable")
+        keys, vals = keys[order], vals[order]
+        first = np.r_[True, keys[1:] != keys[:-1]]
+        self._keys = keys[first]
+        self._vals = np.add.reduceat(vals, np.flatnonzero(first)) if vals.size else vals
+        if self._keys.size > self.DENSE_FILL * self.size:
+            self._dense = np.zeros(self.size, dtype=np.int64)
+            self._dense[self._keys] = self._vals
+            self._keys = self._vals = np.zeros(0, dtype=np.int64)
+
+    def merge(self, other: SubtreeCounts) -> SubtreeCounts:
+        if other._dense is not None:
+            keys = np.flatnonzero(other._dense)
+            self._add_keys(keys, other._dense[keys])
+        else:
+            self._add_keys(other._keys, other._vals)
+        return self
+
+    def counts(self, cells: np.ndarray, level: int) -> np.ndarray:
+        """Rows in each cell (codes at `level`, top <= level <= top + k, inside the roots)."""
+        below = self.top + self.k - level
+        root = np.searchsorted(self.roots, cells >> (level - self.top))
+        sub = cells & ((1 << (level - self.top)) - 1)
+        lo = (root << self.k) | (sub << below)
+        hi = lo + (1 << below)
+        if self._cum is None:
+            self._cum = np.concatenate(
+                [[0], np.cumsum(self._vals if self._dense is None else self._dense)]
+            )
+        if self._dense is not None:
+            return self._cum[hi] - self._cum[lo]
+        at = np.searchsorted
+        return self._cum[at(self._keys, hi)] - self._cum[at(self._keys, lo)]
 
 
 def points_in_cells(codes: np.ndarray, depth: int, d: int, rng: np.random.Generator) -> np.ndarray:

@@ -27,14 +27,16 @@ leaf counts never exceed 2^24 and the cost is O(n d + 2^r) for any d.
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
 
+from dpsynth_cli.engine.rows import Rows, as_rows
 from dpsynth_cli.mechanisms import partition
-from dpsynth_cli.mechanisms.base import MechanismRun, output_counts, resample_counts
+from dpsynth_cli.mechanisms.base import MechanismRun, Output, Place, output_counts, resample_counts
 from dpsynth_cli.mechanisms.consistency import make_consistent
 from dpsynth_cli.privacy import noise
 from dpsynth_cli.privacy.ledger import Ledger, Spend, histogram_sensitivity
@@ -99,7 +101,7 @@ def plan(noisy_n: int, epsilon: Fraction, d: int, relation: str) -> PmmPlan:
 
 
 def noisy_level_counts(
-    X: np.ndarray, pmm: PmmPlan, source: noise.RandomSource, ledger: Ledger
+    X: Rows | np.ndarray, pmm: PmmPlan, source: noise.RandomSource, ledger: Ledger
 ) -> list[np.ndarray]:
     """Theorem 3.8: true counts of every cell plus discrete Laplace noise, spend recorded."""
     counts = partition.true_level_counts(X, pmm.depth)
@@ -125,7 +127,7 @@ def noisy_level_counts(
 
 
 def consistent_leaf_counts(
-    X: np.ndarray,
+    X: Rows | np.ndarray,
     pmm: PmmPlan,
     source: noise.RandomSource,
     ledger: Ledger,
@@ -141,9 +143,18 @@ def sample_points(
 ) -> np.ndarray:
     """Points uniform in the leaf cells, m_theta per cell, or `rows` drawn from that measure."""
     leaf_counts = resample_counts(leaf_counts, rows, rng)
-    codes = np.repeat(np.arange(leaf_counts.shape[0], dtype=np.int64), leaf_counts)
-    rng.shuffle(codes)
-    return partition.points_in_cells(codes, pmm.depth, pmm.d, rng)
+    return placer(pmm)(np.arange(leaf_counts.size), leaf_counts, rng)
+
+
+def placer(pmm: PmmPlan) -> Place:
+    """Points uniform in the given leaf cells, so many per cell, in random order."""
+
+    def place(cells: np.ndarray, counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        codes = np.repeat(cells.astype(np.int64), counts)
+        rng.shuffle(codes)
+        return partition.points_in_cells(codes, pmm.depth, pmm.d, rng)
+
+    return place
 
 
 def theorem_bound(pmm: PmmPlan, n: float) -> float:
@@ -160,7 +171,7 @@ def theorem_bound(pmm: PmmPlan, n: float) -> float:
 
 
 def run(
-    X: np.ndarray,
+    X: Rows | np.ndarray,
     *,
     epsilon: Fraction,
     noisy_rows: int,
@@ -171,12 +182,13 @@ def run(
     rows: int | None,
 ) -> MechanismRun:
     """Algorithm 4 end to end, with the a-priori bound of Theorem 3.10 at the noisy count."""
-    pmm = plan(noisy_rows, epsilon, X.shape[1], relation)
+    X = as_rows(X)
+    pmm = plan(noisy_rows, epsilon, X.d, relation)
     leaves = output_counts(
         consistent_leaf_counts(X, pmm, source, ledger, rng), rows, noisy_rows, rng
     )
     return MechanismRun(
-        points=sample_points(leaves, pmm, rng),
+        output=Output(leaves, placer(pmm), copy.deepcopy(rng), pmm.d),
         description=pmm.to_json(),
         guarantee="a-priori bound on expected W1 (L-infinity metric), dissertation Theorem 3.10, "
         "with the constant 2*sqrt(2) that its proof via Theorem 3.9 gives (3.10 prints sqrt(2))",

@@ -95,16 +95,21 @@ benchmark tables at n = 2000, most on smooth ones; no cell got worse.
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import partial
 from typing import Any
 
 import numpy as np
 
+from dpsynth_cli.engine.rows import Rows, as_rows
 from dpsynth_cli.mechanisms import partition, placement
 from dpsynth_cli.mechanisms.base import (
     MechanismRun,
+    Output,
+    Place,
     discrete_laplace_variance,
     fill_empty,
     resample_counts,
@@ -114,6 +119,7 @@ from dpsynth_cli.privacy import noise
 from dpsynth_cli.privacy.ledger import EPS_GRID, Ledger, Spend, histogram_sensitivity
 
 MAX_DEPTH = 60  # leaf codes are int64 (at most 62 bits here)
+PASS_BITS = 24  # one statistics pass counts at most 2^24 cells (128 MiB dense): `NodeCounts`
 MAX_LEAVES = 1 << 22  # bounds memory: a level whose splits would pass it splits nothing
 EXP_TERMS = 12  # Taylor terms of the rational lower bound on e^u
 GAMMA = math.log(2)  # delta / lambda
@@ -308,43 +314,68 @@ def biased_counts(counts: np.ndarray, step: int, pt: PrivTreePlan) -> np.ndarray
     return np.maximum(counts - step * pt.bias, clamp_floor(pt))
 
 
-def _counts(codes: np.ndarray, cells: np.ndarray, free_bits: np.ndarray | int) -> np.ndarray:
-    """Rows (sorted depth-D codes) inside each cell given by its code and D minus its level."""
-    return np.searchsorted(codes, (cells + 1) << free_bits) - np.searchsorted(
-        codes, cells << free_bits
-    )
+class NodeCounts:
+    """Exact row counts of the tree's nodes, from as few statistics passes as memory allows.
+
+    A pass (`partition.SubtreeCounts`) counts the rows in every cell k levels below the nodes
+    active at some level, with len(active) * 2^k <= 2^PASS_BITS entries; it answers the next k
+    levels of decisions, then the next pass starts from the nodes still splitting. On a tree of
+    depth at most PASS_BITS that is one pass whatever the data; deeper trees (D up to MAX_DEPTH)
+    take more passes only where nodes keep splitting. The counts are exactly the rows in each
+    node, so the release has the same law (and, seeded, the same values) as counting sorted
+    depth-D codes in memory; the number of passes depends only on the released split decisions.
+    """
+
+    def __init__(self, rows: Rows, max_depth: int) -> None:
+        self.rows = rows
+        self.max_depth = max_depth
+        self.hist: partition.SubtreeCounts | None = None
+
+    def __call__(self, cells: np.ndarray, level: int) -> np.ndarray:
+        h = self.hist
+        if h is None or level > h.top + h.k:
+            room = PASS_BITS - max(int(cells.size - 1).bit_length(), 0)
+            k = max(1, min(self.max_depth - level, room)) if level < self.max_depth else 0
+            make = partial(partition.SubtreeCounts, np.sort(cells), level, k, self.rows.d)
+            self.hist = h = self.rows.collect(make)
+        return h.counts(cells, level)
 
 
 def grow(
-    codes: np.ndarray, pt: PrivTreePlan, source: noise.RandomSource
-) -> tuple[np.ndarray, np.ndarray]:
-    """Steps 1-2 on sorted depth-D row codes: the leaves of T as (codes at their level, levels).
+    rows: Rows, pt: PrivTreePlan, source: noise.RandomSource
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Steps 1-2 on the rows in [0,1]^d: the leaves of T as (codes at their level, levels), and
+    each leaf's exact row count (for step 3).
 
     One loop iteration per level, never per node or row; one noise batch per decision level.
     """
     D = pt.max_depth
+    counter = NodeCounts(rows, D)
     active = np.zeros(1, dtype=np.int64)
-    leaf_codes, leaf_levels = [], []
+    leaf_codes, leaf_levels, leaf_counts = [], [], []
     n_leaves = 0
     for j in range(D + 1):
-        if j == D:
-            split = np.zeros(active.size, dtype=bool)
-        elif j < pt.start:
+        if j < pt.start:
             split = np.ones(active.size, dtype=bool)
         else:
-            b = biased_counts(_counts(codes, active, D - j), j - pt.start, pt)
-            split = b + noise.discrete_laplace(source, pt.scale, active.size) > pt.threshold
+            counts = counter(active, j)
+            if j == D:
+                split = np.zeros(active.size, dtype=bool)
+            else:
+                b = biased_counts(counts, j - pt.start, pt)
+                split = b + noise.discrete_laplace(source, pt.scale, active.size) > pt.threshold
         if n_leaves + active.size + int(split.sum()) > MAX_LEAVES:
             split[:] = False  # depends on released decisions only
         done = active[~split]
         leaf_codes.append(done)
         leaf_levels.append(np.full(done.size, j, dtype=np.int64))
+        leaf_counts.append(counts[~split] if j >= pt.start else np.zeros(0, dtype=np.int64))
         n_leaves += done.size
         parents = active[split]
         active = np.stack([2 * parents, 2 * parents + 1], axis=1).reshape(-1)
         if active.size == 0:
             break
-    return np.concatenate(leaf_codes), np.concatenate(leaf_levels)
+    return np.concatenate(leaf_codes), np.concatenate(leaf_levels), np.concatenate(leaf_counts)
 
 
 @dataclass(frozen=True)
@@ -356,7 +387,9 @@ class Release:
     noisy_counts: np.ndarray  # int64, may be negative
 
 
-def release(X: np.ndarray, pt: PrivTreePlan, source: noise.RandomSource, ledger: Ledger) -> Release:
+def release(
+    X: Rows | np.ndarray, pt: PrivTreePlan, source: noise.RandomSource, ledger: Ledger
+) -> Release:
     """Steps 1-3: the tree T (eps_T) and its noisy leaf counts (eps_C), both spends recorded."""
     ledger.record(
         Spend(
@@ -377,8 +410,7 @@ def release(X: np.ndarray, pt: PrivTreePlan, source: noise.RandomSource, ledger:
             },
         )
     )
-    codes = np.sort(partition.leaf_codes(X, pt.max_depth))
-    leaves, levels = grow(codes, pt, source)
+    leaves, levels, true = grow(as_rows(X), pt, source)
     ledger.record(
         Spend(
             step="privtree-counts",
@@ -389,7 +421,6 @@ def release(X: np.ndarray, pt: PrivTreePlan, source: noise.RandomSource, ledger:
             released={"leaf_cells": int(leaves.size)},
         )
     )
-    true = _counts(codes, leaves, pt.max_depth - levels)
     noisy = true + noise.discrete_laplace(source, pt.count_scale, leaves.size)
     return Release(leaves, levels, noisy)
 
@@ -454,7 +485,13 @@ def place_points(
     pt: PrivTreePlan,
     rng: np.random.Generator,
 ) -> np.ndarray:
-    """sizes[i] points in leaf i under its linear density (`placement`), in random order.
+    """sizes[i] points in leaf i under its linear density (`placement`), in random order."""
+    return placer(leaves, levels, sizes, pt)(np.arange(sizes.size), sizes, rng)
+
+
+def placer(leaves: np.ndarray, levels: np.ndarray, sizes: np.ndarray, pt: PrivTreePlan) -> Place:
+    """How points go into the leaves (final `sizes`): a linear density per leaf (`placement`),
+    random order; `Output` calls it once, or once per batch of (leaves, sizes).
 
     Only the first min(d, D) coordinates can be halved above depth D (level j halves coordinate
     j - 1 when j <= d): boxes and slopes are computed on those (the same geometry as on all d),
@@ -463,12 +500,16 @@ def place_points(
     cut = min(pt.d, pt.max_depth)
     lower, width = leaf_boxes(leaves, levels, cut)
     slopes = leaf_slopes(leaves, levels, sizes, lower, width, pt.max_depth)
-    points = placement.place_in_boxes(lower, width, slopes, sizes, rng)
-    return placement.uniform_columns(points[rng.permutation(points.shape[0])], pt.d, rng)
+
+    def place(cells: np.ndarray, counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        points = placement.place_in_boxes(lower[cells], width[cells], slopes[cells], counts, rng)
+        return placement.uniform_columns(points[rng.permutation(points.shape[0])], pt.d, rng)
+
+    return place
 
 
 def run(
-    X: np.ndarray,
+    X: Rows | np.ndarray,
     *,
     epsilon: Fraction,
     noisy_rows: int,
@@ -479,7 +520,8 @@ def run(
     rows: int | None,
 ) -> MechanismRun:
     """Plan from public quantities, release (T, noisy leaf counts), place points."""
-    pt = plan(noisy_rows, epsilon, X.shape[1], relation)
+    X = as_rows(X)
+    pt = plan(noisy_rows, epsilon, X.d, relation)
     rel = release(X, pt, source, ledger)
     sizes = leaf_sizes(rel, pt, rng, rows)
     if rows is None:  # the sum of the noisy leaf counts is unbiased for n (a partition)
@@ -488,7 +530,7 @@ def run(
     sizes = fill_empty(sizes, rows, noisy_rows, rng, np.exp2(-rel.levels.astype(np.float64)))
     description = pt.to_json() | {"leaf_cells": int(rel.leaves.size)}
     return MechanismRun(
-        points=place_points(rel.leaves, rel.levels, sizes, pt, rng),
+        output=Output(sizes, placer(rel.leaves, rel.levels, sizes, pt), copy.deepcopy(rng), pt.d),
         description=description,
         guarantee="none a-priori: the PrivTree partition is data dependent and no W1 bound is "
         "proved for it (accuracy is measured, not guaranteed)",

@@ -37,20 +37,23 @@ for d = 1, log(eps n) (eps n)^(-1/2) for d = 2, (eps n)^(-1/d) for d >= 3. The s
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import partial
 
 import numpy as np
 
-from dpsynth_cli.mechanisms import placement, transport
+from dpsynth_cli.engine.rows import Rows, as_rows
+from dpsynth_cli.mechanisms import grid, transport
 from dpsynth_cli.mechanisms.base import (
     MechanismRun,
+    Output,
     discrete_laplace_variance,
     fill_empty,
     resample_counts,
 )
-from dpsynth_cli.mechanisms.hierarchy import leaf_slopes
 from dpsynth_cli.privacy import noise
 from dpsynth_cli.privacy.ledger import Ledger, Spend, histogram_sensitivity
 
@@ -113,19 +116,18 @@ def plan(noisy_n: int, epsilon: Fraction, d: int, relation: str) -> PsmmPlan:
     return PsmmPlan(d, k, epsilon, sens, max(int(noisy_n), 0))
 
 
-def true_counts(X: np.ndarray, k: int) -> np.ndarray:
-    """Exact number of rows of X in each cell, shape (k,)*d, C order (private: noise only)."""
-    n, d = X.shape
-    q = np.minimum((X * k).astype(np.int64), k - 1)
-    flat = np.ravel_multi_index(q.T, (k,) * d) if n else np.zeros(0, dtype=np.int64)
-    return np.bincount(flat, minlength=k**d).reshape((k,) * d)
+def true_counts(X: Rows | np.ndarray, k: int, cut: int | None = None) -> np.ndarray:
+    """Exact number of rows of X in each cell of the k^cut grid on the first `cut` columns (all
+    by default), shape (k,)*cut, C order (private: noise only). One statistics pass."""
+    rows = as_rows(X)
+    return rows.collect(partial(grid.GridCounts, k, rows.d if cut is None else cut)).counts
 
 
 def noisy_counts(
-    X: np.ndarray, pp: PsmmPlan, source: noise.RandomSource, ledger: Ledger
+    X: Rows | np.ndarray, pp: PsmmPlan, source: noise.RandomSource, ledger: Ledger, cut=None
 ) -> np.ndarray:
     """Proposition 3.4: every cell count plus discrete Laplace(sens/eps) noise, spend recorded."""
-    counts = true_counts(X, pp.k)
+    counts = true_counts(X, pp.k, cut)
     draws = noise.discrete_laplace(source, pp.scale, pp.cells)
     ledger.record(
         Spend(
@@ -155,17 +157,9 @@ def place_points(
     rows: int | None = None,
     how: str = PLACEMENT,
 ) -> np.ndarray:
-    """units[c] points in cell c (or `rows` resampled): at the centre, uniform, or `placement`'s
-    piecewise-linear density with slopes from the neighbouring units; shuffled."""
-    d, k = units.ndim, units.shape[0]
+    """units[c] points in cell c (or `rows` resampled), placed by `placer`; shuffled."""
     counts = resample_counts(units.reshape(-1).astype(np.int64), rows, rng)
-    lower = np.column_stack(np.unravel_index(np.arange(counts.size), (k,) * d)) / k
-    if how == "centre":
-        pts = np.repeat(lower + 0.5 / k, counts, axis=0)
-    else:
-        slopes = leaf_slopes(units).T if how == "linear" else np.zeros_like(lower)
-        pts = placement.place_in_boxes(lower, np.full_like(lower, 1.0 / k), slopes, counts, rng)
-    return pts[rng.permutation(pts.shape[0])]
+    return grid.placer(units, units.ndim, how)(np.arange(counts.size), counts, rng)
 
 
 def noise_term(pp: PsmmPlan) -> float:
@@ -201,7 +195,7 @@ def theorem_bound(pp: PsmmPlan, n: float, gap: float = 0.0) -> float:
 
 
 def run(
-    X: np.ndarray,
+    X: Rows | np.ndarray,
     *,
     epsilon: Fraction,
     noisy_rows: int,
@@ -212,11 +206,12 @@ def run(
     rows: int | None,
 ) -> MechanismRun:
     """Algorithm 1 end to end with the exact sparse projection and the Theorem 3.6 bound."""
-    pp = plan(noisy_rows, epsilon, X.shape[1], relation)
+    X = as_rows(X)
+    pp = plan(noisy_rows, epsilon, X.d, relation)
     # High d: one cell per axis (k = 1) is a single cell, which one column describes; the other
     # columns are uniform in it (no (1,)*d arrays, which numpy refuses beyond 64 dimensions).
-    cut = X.shape[1] if pp.k > 1 else 1
-    counts = noisy_counts(X[:, :cut], pp, source, ledger)
+    cut = X.d if pp.k > 1 else 1
+    counts = noisy_counts(X, pp, source, ledger, cut)
     proj = project(counts, pp, rng)
     units = proj.multiplicities if proj is not None else np.zeros_like(counts)
     units = fill_empty(units, rows, noisy_rows, rng)  # no mass: the uniform measure stands in
@@ -228,8 +223,9 @@ def run(
     }
     if proj is not None:
         description["projection_result"] = proj.to_json()
+    sizes = resample_counts(units.reshape(-1).astype(np.int64), rows, rng)
     return MechanismRun(
-        points=placement.uniform_columns(place_points(units, rng, rows), X.shape[1], rng),
+        output=Output(sizes, grid.placer(units, X.d), copy.deepcopy(rng), X.d),
         description=description,
         guarantee="a-priori bound on expected W1 (L-infinity metric), dissertation Theorem 3.6 "
         "with its Laplacian-complexity term bounded explicitly (dyadic chaining over the grid), "

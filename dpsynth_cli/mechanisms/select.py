@@ -22,6 +22,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from dpsynth_cli.engine.rows import Rows, as_rows
 from dpsynth_cli.mechanisms import hierarchy, privtree
 from dpsynth_cli.mechanisms.base import Mechanism, MechanismRun
 from dpsynth_cli.privacy.ledger import Ledger, histogram_sensitivity
@@ -52,7 +53,7 @@ def choose(d: int, epsilon: Fraction, noisy_rows: int, relation: str) -> str:
 
 
 def run(
-    X: np.ndarray,
+    X: Rows | np.ndarray,
     *,
     epsilon: Fraction,
     noisy_rows: int,
@@ -63,7 +64,8 @@ def run(
     rows: int | None,
 ) -> MechanismRun:
     """Run the mechanism `choose` picks; its description says that auto chose it and why."""
-    name = choose(X.shape[1], epsilon, noisy_rows, relation)
+    X = as_rows(X)
+    name = choose(X.d, epsilon, noisy_rows, relation)
     inner = CANDIDATES[name](
         X,
         epsilon=epsilon,
@@ -76,7 +78,7 @@ def run(
     )
     auto = {"chosen": name, "rule": rule_text(), "from": "d, epsilon, noisy_rows, relation"}
     return MechanismRun(
-        points=inner.points,
+        output=inner.output,
         description={**inner.description, "selected_by": auto},
         guarantee=inner.guarantee,
         w1_bound=inner.w1_bound,

@@ -1,0 +1,1 @@
+"""Where the statistics pass runs: in memory, streamed from files (local), or on Dask."""

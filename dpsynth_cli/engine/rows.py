@@ -1,0 +1,110 @@
+"""Rows as passes over record batches: the only way a mechanism reads data.
+
+A mechanism never holds the n x d matrix. It asks for a statistic: `rows.collect(make)` runs one
+pass, feeding every batch of rows (float64, (m, d)) to an accumulator made by `make()`, and
+returns it. Accumulators hold exact integers where they are counts, so any split of the rows into
+batches, and any merge order across workers, gives the same statistic bit for bit; the private
+release then runs on one machine over the statistic. `rows.map(f, d)` is the same rows seen
+through a fixed public map (the unit-cube rescaling, `--dim`'s projection), applied batch by
+batch inside the pass.
+
+Where the batches come from is a `BatchSource`: a matrix in memory (`as_rows`), a stream of
+record batches read from files (`engine.local`), or Dask partitions (`engine.dask`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+import numpy as np
+
+Transform = Callable[[np.ndarray], np.ndarray]
+
+
+class Accumulator(Protocol):
+    """A mergeable statistic of rows: `add` a batch (any number of times), `merge` another."""
+
+    def add(self, X: np.ndarray) -> None: ...
+
+    def merge(self, other: Accumulator) -> Accumulator: ...
+
+
+A = TypeVar("A", bound=Accumulator)
+
+
+class BatchSource(Protocol):
+    """Runs one pass: every batch through `transform` into a fresh accumulator from `make`."""
+
+    def collect(self, make: Callable[[], A], transform: Transform) -> A: ...
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The rows of a table as d columns in a known space, read only through passes."""
+
+    source: BatchSource
+    d: int
+    transforms: tuple[Transform, ...] = ()
+
+    def collect(self, make: Callable[[], A]) -> A:
+        """One pass over the rows: the statistic `make()` accumulates."""
+        return self.source.collect(make, Chain(self.transforms))
+
+    def map(self, f: Transform, d: int) -> Rows:
+        """The same rows through the row-wise map f into d columns (applied inside each pass)."""
+        return Rows(self.source, d, (*self.transforms, f))
+
+
+@dataclass(frozen=True)
+class Chain:
+    """Row-wise maps applied in turn (picklable when they are: Dask ships it to workers)."""
+
+    transforms: tuple[Transform, ...]
+
+    def __call__(self, X: np.ndarray) -> np.ndarray:
+        for f in self.transforms:
+            X = f(X)
+        return X
+
+
+@dataclass(frozen=True)
+class MatrixSource:
+    """Rows already in memory: one batch (the pass is a single `add`)."""
+
+    X: np.ndarray
+
+    def collect(self, make: Callable[[], A], transform: Transform) -> A:
+        acc = make()
+        acc.add(transform(self.X))
+        return acc
+
+
+@dataclass(frozen=True)
+class BatchesSource:
+    """Rows from a re-iterable stream of batches: `batches()` starts a new pass each call."""
+
+    batches: Callable[[], Iterable[np.ndarray]]
+
+    def collect(self, make: Callable[[], A], transform: Transform) -> A:
+        acc = make()
+        for X in self.batches():
+            acc.add(transform(X))
+        return acc
+
+
+def as_rows(X: Rows | np.ndarray) -> Rows:
+    """`X` itself if it is Rows; an in-memory matrix (m, d) as one-batch Rows."""
+    if isinstance(X, Rows):
+        return X
+    X = np.asarray(X, dtype=np.float64)
+    return Rows(MatrixSource(X), X.shape[1])
+
+
+def batch_slices(n: int, batch_rows: int) -> Iterator[slice]:
+    """Consecutive row slices of at most batch_rows rows covering 0..n (one empty slice if n=0)."""
+    if n == 0:
+        yield slice(0, 0)
+    for lo in range(0, n, batch_rows):
+        yield slice(lo, min(n, lo + batch_rows))

@@ -1,0 +1,141 @@
+"""The statistics pass (issue 11): any split of the rows into batches, and any merge order, gives
+the one-batch statistics bit for bit; the streamed pipeline gives the in-memory seeded outputs;
+the output drawn in batches holds the released cell sizes exactly, in random order."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from dpsynth_cli.engine.rows import BatchesSource, Rows, as_rows, batch_slices
+from dpsynth_cli.mechanisms import grid, partition, privtree
+from dpsynth_cli.mechanisms.base import Output, split_batches
+from dpsynth_cli.mechanisms.moments import MomentSums
+from dpsynth_cli.synth import CountAndBounds
+from tests.test_seeded_outputs import CASES, DATA, _run
+
+
+def _rows(X: np.ndarray, sizes: list[int]) -> Rows:
+    """X split into consecutive batches of the given sizes (the last takes the rest)."""
+    cuts = np.cumsum(sizes)
+    return Rows(BatchesSource(lambda: np.split(X, cuts)), X.shape[1])
+
+
+def _pieces(n: int, rng: np.random.Generator) -> list[int]:
+    return sorted(rng.choice(np.arange(n + 1), size=4)) if n else [0]
+
+
+STATISTICS = {
+    "leaf counts": (lambda d: partial(partition.LeafCounts, 14, d), lambda a: a.counts),
+    "grid counts": (lambda d: partial(grid.GridCounts, 7, d), lambda a: a.counts),
+    "moment sums": (
+        lambda d: partial(MomentSums.empty, d),
+        lambda a: np.concatenate([a.first, a.second.ravel()]),
+    ),
+    "subtree counts": (
+        lambda d: partial(partition.SubtreeCounts, np.array([1, 2, 5]), 3, 9, d),
+        lambda a: a.counts(np.arange(2 << 9, 3 << 9), 12),
+    ),
+    "subtree counts (dense)": (
+        lambda d: partial(partition.SubtreeCounts, np.array([0]), 0, 6, d),
+        lambda a: a.counts(np.arange(1 << 6), 6),
+    ),
+    "count and bounds": (
+        lambda d: partial(CountAndBounds, (0, d - 1)),
+        lambda a: np.concatenate([[a.n], a.fine[0].ravel(), a.fine[a.columns[-1]].ravel()]),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", STATISTICS)
+@pytest.mark.parametrize("d", [1, 3])
+def test_any_batch_split_and_merge_gives_the_one_batch_statistic(name: str, d: int) -> None:
+    make, value = STATISTICS[name]
+    rng = np.random.default_rng(5)
+    X = rng.beta(2, 5, size=(3000, d))
+    X[:7] = 1.0  # the upper faces
+    whole = value(as_rows(X).collect(make(d)))
+    for trial in range(5):
+        sizes = _pieces(X.shape[0], rng)
+        assert np.array_equal(value(_rows(X, sizes).collect(make(d))), whole), (name, sizes)
+        parts = [as_rows(X[s]).collect(make(d)) for s in batch_slices(3000, 400 + 211 * trial)]
+        order = rng.permutation(len(parts))
+        merged = parts[order[0]]
+        for i in order[1:]:
+            merged = merged.merge(parts[i])
+        assert np.array_equal(value(merged), whole), (name, "merge")
+
+
+def test_subtree_counts_answer_every_level_they_span() -> None:
+    X = np.random.default_rng(1).random((2000, 2))
+    roots = np.array([3, 9, 10])  # cells at level 4
+    h = as_rows(X).collect(partial(partition.SubtreeCounts, roots, 4, 5, 2))
+    codes = np.sort(partition.leaf_codes(X, 9))
+    for level in range(4, 10):
+        cells = np.concatenate([(r << (level - 4)) + np.arange(1 << (level - 4)) for r in roots])
+        shift = 9 - level
+        want = np.searchsorted(codes, (cells + 1) << shift) - np.searchsorted(codes, cells << shift)
+        assert np.array_equal(h.counts(cells, level), want)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_streamed_pipeline_gives_the_stored_seeded_outputs(case, monkeypatch) -> None:
+    """The real pipeline on record batches of 97 rows, and PrivTree allowed only 2^6 cells per
+    pass (so deep trees take many passes), gives the outputs stored before the refactor."""
+    import dpsynth_cli.synth as synth
+
+    monkeypatch.setattr(privtree, "PASS_BITS", 6)
+    real = synth.value_rows
+
+    def streamed(data, specs):
+        if isinstance(data, pa.Table):
+            return real(lambda: data.to_batches(max_chunksize=97), specs)
+        return real(data, specs)
+
+    monkeypatch.setattr(synth, "value_rows", streamed)
+    stored = np.load(DATA)
+    for key, value in _run(case).items():
+        np.testing.assert_array_equal(value, stored[key], err_msg=key)
+
+
+def _output(sizes: np.ndarray, d: int = 2) -> Output:
+    def place(cells, counts, rng):
+        pts = np.repeat(cells, counts).astype(np.float64)[:, None] + np.zeros((1, d))
+        return pts[rng.permutation(pts.shape[0])]
+
+    return Output(sizes, place, np.random.default_rng(3), d)
+
+
+def test_output_in_batches_holds_every_released_row_once_and_is_repeatable() -> None:
+    sizes = np.random.default_rng(0).poisson(3.0, size=5000)
+    sizes[::7] = 0
+    out = _output(sizes)
+    batches = list(out.batches(1000))
+    assert all(0 < b.shape[0] <= 1000 for b in batches)
+    cells = np.concatenate(batches)[:, 0].astype(np.int64)
+    assert np.array_equal(np.bincount(cells, minlength=sizes.size), sizes)
+    again = np.concatenate(list(out.batches(1000)))
+    assert np.array_equal(np.concatenate(batches), again)  # a copy of the generator each time
+    whole = next(out.batches())
+    assert whole.shape[0] == sizes.sum()
+
+
+def test_split_batches_puts_rows_in_uniformly_random_order() -> None:
+    """The first batch is a uniform random subset of the rows: its share of a cell's rows has
+    the hypergeometric mean and variance (2000 splits, 4 cells of 600/300/80/20 rows)."""
+    sizes = np.array([600, 300, 80, 20])
+    rng = np.random.default_rng(11)
+    firsts = []
+    for _ in range(2000):
+        cells, counts = next(split_batches(sizes, 250, rng))
+        row = np.zeros(4)
+        row[cells] = counts
+        firsts.append(row)
+    firsts = np.array(firsts)
+    m = firsts.sum(axis=1, keepdims=True)  # the first batch's size varies (binary halving)
+    share = (firsts / m).mean(axis=0)
+    se = np.sqrt(sizes / 1000 * (1 - sizes / 1000) / m.mean() / 2000)
+    assert np.all(np.abs(share - sizes / 1000) < 4.5 * se + 1e-9), share
