@@ -55,7 +55,7 @@ def fix_releases(monkeypatch) -> None:
 
     def fixed_input(mechanism):
         def run(X, **kwargs):
-            return mechanism(np.random.default_rng(0).random((300, X.shape[1])), **kwargs)
+            return mechanism(np.random.default_rng(0).random((300, X.d)), **kwargs)
 
         return run
 
