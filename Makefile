@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-accuracy clean
+.PHONY: demo test lint bench bench-accuracy bench-scale clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,11 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.speed
 	$(BIN)/python -m benchmarks.w1_speed
 	$(BIN)/python -m benchmarks.noise_speed
+
+# Tables larger than memory (docs/benchmarks.md, "Scale"): generates 10^8 x 2 Parquet, 10^7 x 2
+# CSV and 10^7 x 30 Parquet into benchmarks/out/scale (about 4.5 GB, not committed).
+bench-scale: $(STAMP)
+	$(BIN)/python -m benchmarks.scale
 
 # Peers (smartnoise-synth needs pandas < 3 and pulls in torch) and the real tables live in a
 # separate environment so they never change the test environment.

@@ -28,7 +28,7 @@ from dpsynth_cli.domain import (
 )
 from dpsynth_cli.errors import DpsynthError, UsageError
 from dpsynth_cli.privacy.noise import RandomSource
-from dpsynth_cli.synth import PLAN_RULES, SynthOptions, plan_budget, synthesize
+from dpsynth_cli.synth import PLAN_RULES, SynthOptions, SynthResult, plan_budget, synthesize
 
 try:  # typer >= 0.22 carries its own copy of click
     from typer._click.exceptions import NoArgsIsHelpError
@@ -159,9 +159,13 @@ def synth(
     diagnostics: opt.Diagnostics = None,
     dry_run: opt.DryRun = False,
     quiet: opt.Quiet = False,
+    batch_rows: opt.BatchRows = None,
+    engine: opt.Engine = "local",
+    scheduler: opt.Scheduler = None,
 ) -> None:
     """Write DP synthetic data close to INPUT in 1-Wasserstein distance, and a JSON report."""
     feedback = Feedback(quiet)
+    _check_engine(engine, scheduler, batch_rows, input)
     options = SynthOptions(
         eps, bounds_eps, neighboring, mechanism, rows, diagnostics is not None, dim
     )
@@ -178,10 +182,9 @@ def synth(
     if seed is not None:
         feedback.warning(f"--seed given: {report.NOT_FOR_RELEASE}")
     with feedback.step("reading input"):
-        read = io.read_input(input, in_fmt, names, header=not no_header)
-    table = read.table
+        read = io.open_input(input, in_fmt, names, header=not no_header, batch_rows=batch_rows)
     choice = resolve_columns(
-        table.schema,
+        read.schema,
         names,
         schema_specs,
         declared,
@@ -198,7 +201,13 @@ def synth(
         )
     source = RandomSource.seeded(seed) if seed is not None else RandomSource.secure()
     with feedback.step("synthesising"):
-        result = synthesize(table, choice.specs, options, source)
+        if engine == "dask":
+            result = _synthesize_on_dask(
+                read, input, in_fmt, choice.specs, options, source, scheduler
+            )
+        else:
+            data = feedback.passes(read.batches, getattr(read, "num_rows", None))
+            result = synthesize(data, choice.specs, options, source)
     for notice in result.notices:
         feedback.notice(notice)
     public = report.build_report(
@@ -211,17 +220,17 @@ def synth(
         run=result.run,
         noisy_rows=result.noisy_rows,
         signal=result.signal,
-        output_rows=result.table.num_rows,
+        output_rows=result.output_rows,
         output={"path": output, "format": out_fmt},
     )
-    table_out = result.table
-    if seed is not None:  # Parquet carries the mark in the file itself (CSV cannot)
-        table_out = table_out.replace_schema_metadata({"dpsynth.release": report.NOT_FOR_RELEASE})
+    # Parquet carries the mark of a seeded run in the file itself (CSV cannot)
+    mark = {"dpsynth.release": report.NOT_FOR_RELEASE} if seed is not None else None
     io.write_outputs(
-        table_out,
+        (t.replace_schema_metadata(mark) for t in result.batches(read.batch_rows)),
         output,
         out_fmt,
         input_path=input,
+        schema=result.domain.output_schema(mark),
         extra={
             p: report.dumps(c)
             for p, c in ((report_file, public), (diagnostics, result.diagnostics))
@@ -233,6 +242,40 @@ def synth(
             "no report written (the output went to stdout): add --report FILE to keep it"
         )
     feedback.summary(public, output, report_file)
+
+
+def _check_engine(engine: str, scheduler: str | None, batch_rows: int | None, input: str) -> None:
+    if engine not in ("local", "dask"):
+        raise UsageError("--engine must be local or dask")
+    if scheduler and engine != "dask":
+        raise UsageError("--scheduler is for --engine dask")
+    if engine == "dask" and input == "-":
+        raise UsageError("--engine dask reads files its workers can open, not stdin")
+    if batch_rows is not None and batch_rows < 1:
+        raise UsageError("--batch-rows must be a positive number of rows")
+
+
+def _synthesize_on_dask(
+    read: io.InputSource,
+    path: str,
+    fmt: str,
+    specs: list[ColumnSpec],
+    options: SynthOptions,
+    source: RandomSource,
+    scheduler: str | None,
+) -> SynthResult:
+    """`synthesize` with its passes on Dask: Parquet by files / row groups, CSV as one part."""
+    from dpsynth_cli.engine import dask as dask_engine
+
+    columns = [s.name for s in specs]
+    with dask_engine.client(scheduler) as client:
+        parts = (
+            dask_engine.parquet_partitions(path, columns, read.batch_rows)
+            if fmt == "parquet"
+            else [dask_engine.Partition(read.name, read.batches)]
+        )
+        rows = dask_engine.dask_rows(client, parts, specs)
+        return synthesize(None, specs, options, source, rows=rows)
 
 
 def _grouped(reasons: dict[str, str]) -> dict[str, list[str]]:

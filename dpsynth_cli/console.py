@@ -7,11 +7,14 @@ Scripts get silence on stderr except notices (e.g. what a DP bounds estimate cos
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from typing import Any
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
 from rich.console import Console
 from rich.table import Table
+
+B = TypeVar("B")
 
 
 class Feedback:
@@ -21,14 +24,42 @@ class Feedback:
         self.console = Console(stderr=True)
         self.quiet = quiet
         self.interactive = self.console.is_terminal and not quiet
+        self._status: Any = None  # the spinner of the current `step`
 
     @contextlib.contextmanager
     def step(self, what: str) -> Iterator[None]:
         if not self.interactive:
             yield
             return
-        with self.console.status(what + "…"):
+        with self.console.status(what + "…") as self._status:
             yield
+        self._status = None
+
+    def passes(
+        self, batches: Callable[[], Iterable[B]], total: int | None, what: str = "reading"
+    ) -> Callable[[], Iterator[B]]:
+        """`batches` (a function starting a pass) with progress on a terminal, in the current
+        step's status line: pass number, rows read, rate and, when the file says how many rows
+        it has (`total`), the time left. Silent (the same batches, nothing printed) in pipes and
+        with --quiet. Shown to the person running the command only; it goes nowhere else."""
+        if not self.interactive:
+            return lambda: iter(batches())
+        count = [0]
+
+        def counted() -> Iterator[B]:
+            count[0] += 1
+            seen, start = 0, time.monotonic()
+            for batch in batches():
+                yield batch
+                seen += batch.num_rows
+                rate = seen / max(time.monotonic() - start, 1e-9)
+                text = f"{what} (pass {count[0]}): {seen:,} rows, {rate:,.0f} rows/s"
+                if total:
+                    text += f", about {max(total - seen, 0) / rate:,.0f} s left"
+                if self._status is not None:
+                    self._status.update(text)
+
+        return counted
 
     def notice(self, text: str) -> None:
         if not self.quiet:

@@ -322,6 +322,11 @@ class Domain:
             if c.kind == "float"
         }
 
+    def output_schema(self, metadata: dict[str, str] | None = None) -> pa.Schema:
+        """The released table's schema, from the declarations alone (no rows needed)."""
+        schema = self.from_unit(np.zeros((0, len(self.columns)))).schema
+        return schema.with_metadata(metadata) if metadata else schema
+
     def from_unit(self, unit: np.ndarray) -> pa.Table:
         """Back to original units; integer columns rounded, float columns rounded to
         `decimals()`, all kept inside their bounds."""

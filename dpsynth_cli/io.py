@@ -1,12 +1,20 @@
-"""Reading and writing tables (CSV, gzipped CSV, Parquet) with pyarrow.
+"""Reading and writing tables (CSV, gzipped CSV, Parquet) with pyarrow, in record batches.
+
+Memory is bounded by the batch (and, for CSV, by pyarrow's block), never by the file: `open_input`
+gives an `InputSource` whose `batches()` reads the input again from the start on every call (the
+synthesis makes 2-3 passes), and `write_outputs` writes an iterable of batches atomically.
 
 Error messages name the file, line or column and never contain a data value: pyarrow's own
 messages often quote row content, so they are never passed through.
 
-CSV reading is strict about *structure*. Before pyarrow parses the bytes, a vectorised (numpy) scan
-of the raw bytes finds record boundaries with pyarrow's own quoting rules and checks every record's
-field count, unterminated quotes and UTF-8 validity, so each problem is reported with its physical
-line number (1-based, the header is line 1) instead of being skipped or filled with nulls.
+CSV reading is strict about *structure*. pyarrow's streaming reader parses the records; a record
+with the wrong number of fields goes to a handler that keeps only its number and the two field
+counts (never its text). On the way to pyarrow every block is checked for what pyarrow does not
+check: UTF-8 validity of every byte (also in columns not read) and the quote state at the end of
+the data (pyarrow silently accepts an unterminated quoted field). Only when something is wrong is
+the input scanned again, record by record and one block at a time (`_CsvScan`, vectorised), to
+turn pyarrow's record number or a byte offset into a physical line number (1-based, the header is
+line 1; blank lines and line breaks inside quoted fields count). A clean file pays for no scan.
 
 CSV *values* are never used to guess types: every CSV column is read as text, and
 `domain.value_matrix` parses it with the column's declared type, one cell at a time. A type guessed
@@ -20,6 +28,8 @@ import codecs
 import contextlib
 import errno
 import gzip
+import io as pyio
+import itertools
 import os
 import re
 import signal
@@ -28,24 +38,29 @@ import sys
 import tempfile
 import threading
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from dpsynth_cli.errors import DataError, UsageError
 
 __all__ = [
+    "CSV_BLOCK_BYTES",
+    "DEFAULT_BATCH_ROWS",
+    "InputSource",
+    "InputTable",
     "OutputClosed",
     "atomic_output",
     "atomic_write_bytes",
+    "default_batch_rows",
     "detect_format",
-    "InputTable",
+    "open_input",
+    "parquet_files",
     "read_input",
     "read_table",
     "write_outputs",
@@ -58,13 +73,32 @@ STDIN_NAME = "<stdin>"
 STDOUT_NAME = "<stdout>"
 CSV_CHUNK_ROWS = 65_536  # rows per serialised CSV chunk when writing
 
+# Rows per input batch. Per-batch costs (Python calls, numpy and pyarrow dispatch) are amortised
+# long before 10^6 rows, and a batch of 10^6 rows x d columns is 8d MB as float64 values, which the
+# statistics pass copies a few times (values, unit-cube coordinates, cell indices): about 50-200 MB
+# for the usual d <= 16. Wide tables get fewer rows (`default_batch_rows`) so that a batch's values
+# stay within BATCH_VALUE_BYTES whatever d is.
+DEFAULT_BATCH_ROWS = 1_000_000
+BATCH_VALUE_BYTES = 128 << 20
+# pyarrow reads CSV in blocks of this many bytes, and a record (a row, with any line breaks inside
+# its quoted fields) must fit in one block (two, if it is lucky). Its streaming reader reads up to
+# 32 blocks ahead, which bounds the raw CSV held at once to about 70 MiB; its batches of one block
+# each (about 10^5 rows of a few numeric columns) are gathered into batches of `batch_rows`.
+CSV_BLOCK_BYTES = 2 << 20
+# Parquet output: small batches are gathered into row groups of up to this size.
+ROW_GROUP_ROWS = 1 << 20
+ROW_GROUP_BYTES = 64 << 20
+
 _EXTENSIONS = ((".csv.gz", "csv"), (".csv", "csv"), (".parquet", "parquet"), (".pq", "parquet"))
+_PARQUET_SUFFIXES = (".parquet", ".pq")
 _COMPRESSION = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
 _BOM = b"\xef\xbb\xbf"
 _COMMA, _LF, _CR, _QUOTE = 44, 10, 13, 34
-_UTF8_CHUNK = 1 << 24
+_SPOOL_CHUNK = 1 << 20
 # What a header name that is really a number looks like (a headerless file's first row).
 _NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+# A column no CSV has: reading only it makes pyarrow parse records without converting any field.
+_NO_COLUMN = "\x00dpsynth: no column\x00"
 
 
 class OutputClosed(Exception):
@@ -91,12 +125,15 @@ def detect_format(path: str, override: str | None, *, flag: str | None = None) -
         return fmt
     if path == STDIO:
         return "csv"
-    lower = path.lower()
+    lower = path.lower().rstrip("/")
     for ext, fmt in _EXTENSIONS:
         if lower.endswith(ext):
             return fmt
     if os.path.isdir(path):
-        raise UsageError(f"{path} is a directory, not a file")
+        raise UsageError(
+            f"{path} is a directory, not a file (for a directory of Parquet files as the input, "
+            "give --input-format parquet)"
+        )
     flags = flag or "--input-format or --output-format"
     raise UsageError(
         f"cannot tell the format of {path} from its extension (.csv, .csv.gz, .parquet, .pq); "
@@ -104,7 +141,12 @@ def detect_format(path: str, override: str | None, *, flag: str | None = None) -
     )
 
 
-# --------------------------------------------------------------------------- reading
+# --------------------------------------------------------------------------- reading: the API
+
+
+def default_batch_rows(columns: int) -> int:
+    """Rows per batch for `columns` columns: DEFAULT_BATCH_ROWS, fewer for wide tables."""
+    return max(1, min(DEFAULT_BATCH_ROWS, BATCH_VALUE_BYTES // (8 * max(columns, 1))))
 
 
 @dataclass(frozen=True)
@@ -115,21 +157,65 @@ class InputTable:
     all_columns: list[str]
 
 
-def read_table(path: str, fmt: str, columns: list[str] | None, *, header: bool = True) -> pa.Table:
-    """`read_input`'s table alone."""
-    return read_input(path, fmt, columns, header=header).table
+class InputSource:
+    """An input table read in passes of record batches, each pass from the start of the input.
+
+    `schema` is the requested columns' (CSV: all text; Parquet: the file's declared types),
+    `all_columns` every column name the file has. Structural problems of a CSV file (found while
+    reading) raise DataError from `batches()`; no batch holding a malformed record is yielded.
+    """
+
+    name: str
+    schema: pa.Schema
+    all_columns: list[str]
+    batch_rows: int
+    num_rows: int | None = None  # known in advance for Parquet (for progress; never release it)
+
+    def __init__(self, spool: _Spool | None) -> None:
+        self._spool = spool
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        """A new pass: the requested columns in order, at most `batch_rows` rows per batch."""
+        raise NotImplementedError
+
+    def read_all(self) -> pa.Table:
+        """The whole table in memory (one pass)."""
+        return pa.Table.from_batches(list(self.batches()), schema=self.schema)
+
+    def close(self) -> None:
+        """Drop the temporary copy of a piped input (it also goes when the object does)."""
+        if self._spool is not None:
+            self._spool.close()
+
+    def __enter__(self) -> InputSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
-def read_input(
-    path: str, fmt: str, columns: list[str] | None, *, header: bool = True
-) -> InputTable:
-    """Read `path` ("-" = stdin) as `fmt`, only `columns` if given (in that order).
+def open_input(
+    path: str,
+    fmt: str,
+    columns: list[str] | None,
+    *,
+    header: bool = True,
+    batch_rows: int | None = None,
+) -> InputSource:
+    """Open `path` ("-" = stdin) as `fmt` for reading in passes, only `columns` if given.
 
     CSV columns come back as text (empty fields are nulls; nothing is converted), Parquet columns
-    with the types the file declares. Blank lines are skipped. A header-only CSV gives a table with
+    with the types the file declares. A directory is read as its Parquet files (`parquet_files`),
+    which must all have the same columns and types. Blank lines are skipped; a header-only CSV has
     0 rows. `header=False` reads a CSV without a header line: `columns` then names every field in
-    order. Raises DataError for unreadable or malformed input (CSV problems with their line number)
-    and UsageError for a requested column that is not in the file.
+    order. `batch_rows` defaults to `default_batch_rows(number of columns)`.
+
+    stdin and other non-regular files (pipes such as <(zcat ...)) are copied once into an
+    anonymous temporary file (in TMPDIR) so that every pass can read them again; it has no name,
+    so nothing is left behind however the process ends.
+
+    Raises UsageError for a requested column that is not in the file and DataError for a missing,
+    empty or unreadable input or a malformed header; other CSV problems surface in `batches()`.
     """
     if fmt not in FORMATS:
         raise UsageError(f"unknown format '{fmt}' (expected csv or parquet)")
@@ -137,29 +223,73 @@ def read_input(
         raise UsageError("no columns requested")
     if not header and (fmt != "csv" or columns is None):
         raise UsageError("--no-header is for CSV input and needs --columns naming every field")
+    if batch_rows is not None and batch_rows < 1:
+        raise UsageError("--batch-rows must be at least 1")
+    if fmt == "parquet" and path != STDIO and os.path.isdir(path):
+        files = parquet_files(path)
+        if not files:
+            raise DataError(f"input {path} is a directory without .parquet or .pq files")
+        return _ParquetSource(path, [(f, f) for f in files], columns, batch_rows, None)
+    codec = None if path == STDIO else _codec(path)
     if path == STDIO:
-        raw: bytes | None = _read_stdin()
         name = STDIN_NAME
+        spool: _Spool | None = _Spool.of_stream(_stdin_stream(), name)
     else:
         name = path
-        regular = _check_readable(path)
-        # CSV is read whole (decompressed by extension); a pipe (e.g. <(zcat ...)) also for Parquet
-        raw = _read_file_bytes(path) if fmt == "csv" or not regular else None
-    if fmt == "csv":
-        assert raw is not None
-        return _read_csv(raw, name, columns, header)
-    return _read_parquet(raw if raw is not None else path, name, columns)
-
-
-def _read_stdin() -> bytes:
-    stream = getattr(sys.stdin, "buffer", sys.stdin)
+        spool = None if _check_readable(path) else _Spool.of_file(path)
     try:
-        data = stream.read()
+        if fmt == "csv":
+            return _CsvSource(_ByteSource(name, path, spool, codec), columns, header, batch_rows)
+        if spool is not None and codec is not None:  # Parquet needs random access: spool it plain
+            spool = spool.decompressed(codec, name)
+        if spool is not None and spool.size == 0:
+            raise DataError(f"input {name} is empty (0 bytes)")
+        where: Any = spool.reader if spool is not None else path  # a path pickles (Dask)
+        return _ParquetSource(name, [(name, where)], columns, batch_rows, spool)
+    except BaseException:
+        if spool is not None:
+            spool.close()
+        raise
+
+
+def read_input(
+    path: str, fmt: str, columns: list[str] | None, *, header: bool = True
+) -> InputTable:
+    """Read `path` whole (see `open_input`): the requested columns and every column name."""
+    with open_input(path, fmt, columns, header=header) as source:
+        return InputTable(source.read_all(), source.all_columns)
+
+
+def read_table(path: str, fmt: str, columns: list[str] | None, *, header: bool = True) -> pa.Table:
+    """`read_input`'s table alone."""
+    return read_input(path, fmt, columns, header=header).table
+
+
+def parquet_files(directory: str) -> list[str]:
+    """The Parquet files of a directory (not its subdirectories), sorted by name, so that every
+    pass and every engine sees the rows in the same order."""
+    try:
+        names = os.listdir(directory)
     except OSError as exc:
-        raise DataError(f"cannot read {STDIN_NAME}: {_reason(exc)}") from None
-    if isinstance(data, str):  # a text-only replacement of sys.stdin (tests, embedding)
-        data = data.encode("utf-8")
-    return data
+        raise DataError(f"cannot read {directory}: {_reason(exc)}") from None
+    return [
+        os.path.join(directory, n)
+        for n in sorted(names)
+        if n.lower().endswith(_PARQUET_SUFFIXES)
+        and not n.startswith(".")
+        and os.path.isfile(os.path.join(directory, n))
+    ]
+
+
+# --------------------------------------------------------------------------- reading: bytes
+
+
+class _Reader(Protocol):
+    def read(self, n: int, /) -> bytes: ...
+
+
+def _stdin_stream() -> Any:
+    return getattr(sys.stdin, "buffer", sys.stdin)
 
 
 def _check_readable(path: str) -> bool:
@@ -181,21 +311,8 @@ def _check_readable(path: str) -> bool:
     return regular
 
 
-def _read_file_bytes(path: str) -> bytes:
-    """The whole content of a file (or named pipe), decompressed by extension (.gz, .bz2, .zst)."""
-    codec = next((c for ext, c in _COMPRESSION.items() if path.lower().endswith(ext)), None)
-    try:
-        with open(path, "rb") as fh:
-            if codec is None:
-                return fh.read()
-            with pa.CompressedInputStream(pa.PythonFile(fh, mode="r"), codec) as stream:
-                return stream.read()
-    except OSError as exc:
-        if exc.errno is not None and exc.strerror:  # from the OS, e.g. permission denied
-            raise DataError(f"cannot read {path}: {exc.strerror}") from None
-        raise DataError(f"cannot read {path}: not valid {codec} data") from None
-    except pa.ArrowException:
-        raise DataError(f"cannot read {path}: not valid {codec} data") from None
+def _codec(path: str) -> str | None:
+    return next((c for ext, c in _COMPRESSION.items() if path.lower().endswith(ext)), None)
 
 
 def _reason(exc: OSError) -> str:
@@ -203,52 +320,735 @@ def _reason(exc: OSError) -> str:
     return exc.strerror or type(exc).__name__
 
 
+class _Spool:
+    """A pipe's or stdin's bytes in an anonymous temporary file, so that passes can re-read them.
+
+    `tempfile.TemporaryFile` has no name (O_TMPFILE, or unlinked at once where that is missing):
+    the copy disappears when it is closed or the process ends, by a signal or SIGKILL too.
+    """
+
+    def __init__(self) -> None:
+        self._file = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as the source)
+        self.size = 0
+
+    @classmethod
+    def of_stream(cls, stream: Any, name: str) -> _Spool:
+        spool = cls()
+        try:
+            while True:
+                try:
+                    chunk = stream.read(_SPOOL_CHUNK)
+                except OSError as exc:
+                    raise DataError(f"cannot read {name}: {_reason(exc)}") from None
+                if not chunk:
+                    break
+                if isinstance(chunk, str):  # a text-only replacement of sys.stdin (tests)
+                    chunk = chunk.encode("utf-8")
+                spool._write(chunk, name)
+            spool._file.flush()
+        except BaseException:
+            spool.close()
+            raise
+        return spool
+
+    @classmethod
+    def of_file(cls, path: str) -> _Spool:
+        try:
+            fh = open(path, "rb")  # noqa: SIM115
+        except OSError as exc:
+            raise DataError(f"cannot read {path}: {_reason(exc)}") from None
+        with fh:
+            return cls.of_stream(fh, path)
+
+    def decompressed(self, codec: str, name: str) -> _Spool:
+        """A new spool with this one's content decompressed (this one is closed)."""
+        try:
+            with contextlib.closing(self.reader()) as raw:
+                return _Spool.of_stream(_Decompressed(raw, codec, name), name)
+        finally:
+            self.close()
+
+    def _write(self, chunk: bytes, name: str) -> None:
+        try:
+            self._file.write(chunk)
+        except OSError as exc:
+            raise DataError(
+                f"cannot read {name}: copying it to {tempfile.gettempdir()} failed "
+                f"({_reason(exc)}; set TMPDIR to a directory with room)"
+            ) from None
+        self.size += len(chunk)
+
+    def reader(self) -> _PreadFile:
+        """A new reader from the start, with its own position (passes may overlap)."""
+        return _PreadFile(self._file.fileno(), self.size)
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class _PreadFile(pyio.RawIOBase):
+    """A seekable read-only view of a file descriptor by `os.pread` (independent positions)."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        super().__init__()
+        self._fd, self._size, self._pos = fd, size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0:
+            n = max(self._size - self._pos, 0)
+        data = os.pread(self._fd, n, self._pos)
+        self._pos += len(data)
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos, os.SEEK_END: self._size}[whence]
+        self._pos = max(base + offset, 0)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+
+class _Decompressed:
+    """`raw` decompressed with pyarrow's codec; corrupt data is a one-line DataError."""
+
+    def __init__(self, raw: Any, codec: str, name: str) -> None:
+        source = raw if isinstance(raw, pa.NativeFile) else pa.PythonFile(raw, mode="r")
+        self._stream = pa.CompressedInputStream(source, codec)
+        self._codec, self._name = codec, name
+
+    def read(self, n: int) -> bytes:
+        try:
+            return self._stream.read(n)
+        except OSError as exc:
+            if exc.errno is not None and exc.strerror:  # from the OS, e.g. an I/O error
+                raise DataError(f"cannot read {self._name}: {exc.strerror}") from None
+            raise DataError(f"cannot read {self._name}: not valid {self._codec} data") from None
+        except pa.ArrowException:
+            raise DataError(f"cannot read {self._name}: not valid {self._codec} data") from None
+
+    def close(self) -> None:
+        self._stream.close()
+
+
 @dataclass(frozen=True)
-class _CsvLayout:
-    header: tuple[int, int]  # byte range of the header record (the first non-blank one)
-    fields: int  # fields per record
-    data_records: int  # non-blank records after the header
-    quoted_newlines: bool  # some quoted field spans lines
+class _ByteSource:
+    """Where each pass reads a CSV's bytes: the file or the spool, decompressed by extension."""
+
+    name: str
+    path: str
+    spool: _Spool | None
+    codec: str | None
+
+    @contextlib.contextmanager
+    def open(self) -> Iterator[_Reader]:
+        """A new reader of the (decompressed) bytes from the start."""
+        try:
+            if self.spool is not None:
+                raw: Any = self.spool.reader()
+            elif self.codec is not None:
+                raw = pa.OSFile(self.path)  # pyarrow decompresses natively
+            else:
+                raw = open(self.path, "rb")  # noqa: SIM115 (closed below)
+        except OSError as exc:
+            raise DataError(f"cannot read {self.name}: {_reason(exc)}") from None
+        with contextlib.closing(raw):
+            if self.codec is None:
+                yield _Plain(raw, self.name)
+            else:
+                with contextlib.closing(_Decompressed(raw, self.codec, self.name)) as stream:
+                    yield stream
 
 
-def _read_csv(raw: bytes, name: str, columns: list[str] | None, header: bool) -> InputTable:
-    if raw.startswith(_BOM):
-        raw = raw[len(_BOM) :]
-    if not raw:
-        raise DataError(f"input {name} is empty (0 bytes)")
-    layout = _scan_csv(raw, name)
-    if header:
-        names = _header_names(raw, layout, name)
-        wanted = names if columns is None else list(columns)
-        _check_columns(wanted, names, name)
-        if layout.data_records == 0 and raw[-1:] not in (b"\n", b"\r"):
-            raw += b"\n"  # pyarrow needs the header line terminated to read a header-only file
-    else:
-        assert columns is not None
-        names = wanted = list(columns)
-        if len(set(names)) != len(names):
-            raise UsageError("--columns: a column is named twice")
-        if len(names) != layout.fields:
-            raise UsageError(
-                f"--no-header: {name} has {layout.fields} fields per line, but --columns names "
-                f"{len(names)}; name every field in order"
-            )
-    try:
-        table = pacsv.read_csv(
-            pa.py_buffer(raw),
-            read_options=pacsv.ReadOptions(
-                use_threads=True, block_size=1 << 22, column_names=None if header else names
-            ),
-            parse_options=pacsv.ParseOptions(newlines_in_values=layout.quoted_newlines),
-            convert_options=pacsv.ConvertOptions(
-                include_columns=wanted,
-                column_types={c: pa.string() for c in wanted},
-                strings_can_be_null=False,
-            ),
+class _Plain:
+    def __init__(self, raw: BinaryIO, name: str) -> None:
+        self._raw, self._name = raw, name
+
+    def read(self, n: int) -> bytes:
+        try:
+            return self._raw.read(n)
+        except OSError as exc:
+            raise DataError(f"cannot read {self._name}: {_reason(exc)}") from None
+
+
+def _read_block(reader: _Reader, n: int) -> bytes:
+    """`n` bytes, fewer only at the end of the data."""
+    first = reader.read(n)
+    if len(first) >= n or not first:
+        return first
+    parts = [first]
+    got = len(first)
+    while got < n:
+        more = reader.read(n - got)
+        if not more:
+            break
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
+
+
+# --------------------------------------------------------------------------- reading: CSV
+
+
+class _CsvBlocks:
+    """A CSV's bytes as pyarrow parses them, in blocks, each with the byte that follows it (-1 at
+    the end: CRLF and "" can straddle blocks).
+
+    Byte order marks and blank lines before the header are dropped (`skipped_lines` counts the
+    lines): pyarrow cannot start on a block of blank lines, and it drops a BOM at the start of
+    what it reads, which the line scan would not know about.
+    """
+
+    def __init__(self, reader: _Reader, name: str, block: int) -> None:
+        self._reader, self._block = reader, block
+        data = _read_block(reader, max(block, len(_BOM)))
+        if data.startswith(_BOM):
+            data = data[len(_BOM) :]
+        if not data and not (data := _read_block(reader, block)):
+            raise DataError(f"input {name} is empty (0 bytes)")
+        self.skipped_lines, cr_before = 0, False
+        while True:
+            if data.startswith(_BOM):
+                data, cr_before = data[len(_BOM) :], False
+                continue
+            rest = data.lstrip(b"\r\n")
+            blank = data[: len(data) - len(rest)]
+            if blank:
+                if cr_before and blank.startswith(b"\n"):
+                    self.skipped_lines -= 1  # a CRLF split between two blocks is one line end
+                lines = blank.count(b"\n") + blank.count(b"\r") - blank.count(b"\r\n")
+                self.skipped_lines += lines
+                cr_before = blank.endswith(b"\r")
+            if rest and not _BOM.startswith(rest):  # not (a piece of) a BOM
+                break
+            more = _read_block(reader, block)
+            if not more:
+                if rest:
+                    break
+                raise DataError(f"input {name} is empty (no header line)")
+            data = rest + more
+        if len(rest) < block:  # a full first block: pyarrow needs the header whole in it
+            rest += _read_block(reader, block - len(rest))
+        self._first: bytes | None = rest
+
+    def blocks(self) -> Iterator[tuple[bytes, int, int]]:
+        """(block, its offset, the next byte or -1); only once."""
+        data, self._first = self._first, None
+        pos = 0
+        while data:
+            following = _read_block(self._reader, self._block)
+            yield data, pos, following[0] if following else -1
+            pos += len(data)
+            data = following
+
+
+class _Utf8:
+    """Streaming UTF-8 validation: the offset of the first invalid byte."""
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")()
+
+    def check(self, data: bytes, pos: int, final: bool) -> int | None:
+        """The stream offset of the first invalid byte in `data` (at `pos`), or None."""
+        pending = len(self._decoder.getstate()[0])
+        if not pending and data.isascii():
+            return None
+        try:
+            self._decoder.decode(data, final=final)
+        except UnicodeDecodeError as exc:
+            return pos - pending + exc.start
+        return None
+
+
+# Quote states of pyarrow's CSV parser: outside a quoted field, inside one, and just after a quote
+# inside one that is followed by another quote (an escaped "" whose second quote is next).
+_OUT, _IN, _ESC = 0, 1, 2
+
+
+def _quote_steps(buf: np.ndarray, quotes: np.ndarray, prev: int, following: int) -> np.ndarray:
+    """Each quote's transition as a row [next state from _OUT, from _IN, from _ESC].
+
+    pyarrow's rules: a quote opens a quoted field only at the start of a field (after a comma, a
+    line end or at the start of the data); inside, a quote followed by a quote is an escaped
+    quote, any other quote closes the field; a quote inside an unquoted field is a character.
+    """
+    n = buf.size
+    before = np.empty(quotes.size, dtype=np.int16)
+    before[1:] = buf[quotes[1:] - 1]
+    before[0] = buf[quotes[0] - 1] if quotes[0] > 0 else prev
+    after = np.empty(quotes.size, dtype=np.int16)
+    after[:-1] = buf[quotes[:-1] + 1]
+    after[-1] = buf[quotes[-1] + 1] if quotes[-1] + 1 < n else following
+    at_start = (before == _COMMA) | (before == _LF) | (before == _CR) | (before < 0)
+    steps = np.empty((quotes.size, 3), dtype=np.uint8)
+    steps[:, _OUT] = np.where(at_start, _IN, _OUT)
+    steps[:, _IN] = np.where(after == _QUOTE, _ESC, _OUT)
+    steps[:, _ESC] = _IN
+    return steps
+
+
+def _compose(steps: np.ndarray) -> np.ndarray:
+    """The transition of all quotes in turn (a pairwise reduction: O(quotes) work)."""
+    while steps.shape[0] > 1:
+        odd = steps[-1:] if steps.shape[0] % 2 else steps[:0]
+        pairs = steps[: steps.shape[0] - odd.shape[0]]
+        steps = np.concatenate([np.take_along_axis(pairs[1::2], pairs[0::2], axis=1), odd])
+    return steps[0]
+
+
+def _prefix_states(steps: np.ndarray, start: int) -> np.ndarray:
+    """The state after each quote, from `start` (a doubling scan: O(quotes log quotes))."""
+    done = steps.copy()
+    k = 1
+    while k < done.shape[0]:
+        done[k:] = np.take_along_axis(done[k:], done[:-k], axis=1)
+        k *= 2
+    return done[:, start]
+
+
+def _quote_state(buf: np.ndarray, data: bytes, state: int, prev: int, following: int) -> int:
+    """The quote state after `data`, from `state` at its start (the cheap check)."""
+    if b'"' not in data:
+        return state
+    quotes = np.flatnonzero(buf == _QUOTE)
+    return int(_compose(_quote_steps(buf, quotes, prev, following))[state])
+
+
+@dataclass
+class _Opening:
+    offset: int  # of the quote that opened the quoted field still open
+    line: int
+    rank: int  # the non-blank record it is in (1 = the first, the header)
+
+
+class _CsvScan:
+    """The exact record structure of a CSV byte stream, fed block by block (error path only).
+
+    Follows pyarrow's parser: records end at LF, CRLF or a lone CR outside quoted fields, and
+    blank records are skipped, so the rank of a non-blank record is pyarrow's row number.
+    Finds the physical line of record `want`, of the first invalid UTF-8 byte, of the first
+    record longer than `block` bytes, and of the quote that opened a field still open.
+    """
+
+    def __init__(
+        self,
+        block: int,
+        *,
+        want: int | None = None,
+        utf8: bool = False,
+        pos: int = 0,
+        state: int = _OUT,
+        prev: int = -1,
+    ) -> None:
+        self.block, self.want = block, want
+        self.pos, self.state, self.prev = pos, state, prev
+        self.lines = 0  # line ends before pos
+        self.records = 0  # non-blank records ended before pos
+        self.rec_start, self.rec_line = pos, 1  # the record under way
+        self.want_line: int | None = None
+        self.want_ended = False  # record `want` ended with a line end (it is not the last)
+        self.long_line: int | None = None
+        self.bad_utf8_line: int | None = None
+        self.bad_utf8_ended = False
+        self._bad_utf8: int | None = None
+        self.opening: _Opening | None = None
+        self.at_end = False
+        self._utf8 = _Utf8() if utf8 else None
+
+    def feed(self, data: bytes, following: int) -> np.ndarray:
+        """Scan the next block; returns the stream offsets of its record ends."""
+        buf = np.frombuffer(data, dtype=np.uint8)
+        n, pos = buf.size, self.pos
+        ends = np.flatnonzero(buf == _LF)
+        if b"\r" in data:
+            cr = np.flatnonzero(buf == _CR)
+            nxt = np.full(cr.size, following, dtype=np.int16)
+            inner = cr + 1 < n
+            nxt[inner] = buf[cr[inner] + 1]
+            lone = cr[nxt != _LF]
+            if lone.size:
+                ends = np.union1d(ends, lone)
+        if self._utf8 is not None and self.bad_utf8_line is None:
+            bad = self._utf8.check(data, pos, final=following < 0)
+            if bad is not None:
+                self._bad_utf8 = bad
+                self.bad_utf8_line = self.lines + int(np.searchsorted(ends, bad - pos)) + 1
+        quotes = np.flatnonzero(buf == _QUOTE) if b'"' in data else buf[:0]
+        if quotes.size:
+            steps = _quote_steps(buf, quotes, self.prev, following)
+            after = _prefix_states(steps, self.state)
+            before = np.concatenate([[self.state], after[:-1]])
+            k = np.searchsorted(quotes, ends)
+            inside = np.where(k > 0, after[np.maximum(k - 1, 0)], self.state) != _OUT
+            opens = quotes[(before == _OUT) & (steps[:, _OUT] == _IN)]
+            state = int(after[-1])
+        else:
+            inside = np.full(ends.size, self.state != _OUT)
+            opens, state = quotes, self.state
+        term_idx = np.flatnonzero(~inside)
+        terms = ends[term_idx]
+        nonblank = np.zeros(0, dtype=bool)
+        if terms.size:
+            starts = np.empty(terms.size, dtype=np.int64)
+            starts[0] = self.rec_start
+            starts[1:] = pos + terms[:-1] + 1
+            length = pos + terms - starts
+            last = np.where(terms > 0, buf[np.maximum(terms - 1, 0)], self.prev)
+            nonblank = ~((length == 0) | ((length == 1) & (last == _CR)))
+            lines = np.empty(terms.size, dtype=np.int64)
+            lines[0] = self.rec_line
+            lines[1:] = self.lines + term_idx[:-1] + 2
+            ranks = self.records + np.cumsum(nonblank)
+            if self.want is not None and self.want_line is None:
+                hit = np.flatnonzero(nonblank & (ranks == self.want))
+                if hit.size:
+                    self.want_line, self.want_ended = int(lines[hit[0]]), True
+            if self.long_line is None:
+                long = np.flatnonzero(nonblank & (length + 1 > self.block))
+                if long.size:
+                    self.long_line = int(lines[long[0]])
+        if state == _OUT:
+            self.opening = None
+        elif opens.size:
+            at = int(opens[-1])
+            earlier = int(np.count_nonzero(nonblank[terms < at])) if terms.size else 0
+            line = self.lines + int(np.searchsorted(ends, at)) + 1
+            self.opening = _Opening(pos + at, line, self.records + earlier + 1)
+        if terms.size:
+            if self._bad_utf8 is not None and pos + terms[-1] >= self._bad_utf8:
+                self.bad_utf8_ended = True  # the record holding it has ended
+            self.records += int(np.count_nonzero(nonblank))
+            self.rec_start = pos + int(terms[-1]) + 1
+            self.rec_line = self.lines + int(term_idx[-1]) + 2
+        self.lines += ends.size
+        self.pos += n
+        self.prev = int(buf[-1]) if n else self.prev
+        self.state = state
+        return pos + terms
+
+    def finish(self) -> None:
+        """The end of the data: the last record may end without a line end."""
+        self.at_end = True
+        if self.rec_start < self.pos:  # not blank: a trailing CR would have ended it
+            self.records += 1
+            if self.want == self.records and self.want_line is None:
+                self.want_line = self.rec_line
+            long = self.pos - self.rec_start + 1 > self.block  # pyarrow gets a line end too
+            if self.long_line is None and long and self.state == _OUT:  # else: unterminated
+                self.long_line = self.rec_line
+
+
+class _CsvFeed(pyio.RawIOBase):
+    """The bytes pyarrow's CSV reader parses, as a file object, checked on the way.
+
+    Every block is checked for invalid UTF-8 and carries the quote state on (no line counting:
+    that is `_CsvScan`'s job when something is wrong). At the first invalid byte the data is cut
+    after the record that holds it, so pyarrow still judges the records up to there (an earlier
+    or the same record's wrong field count comes first in file order) and none after it. A
+    header-only file without a final line end gets one (pyarrow needs it).
+    """
+
+    def __init__(self, blocks: _CsvBlocks, block: int) -> None:
+        super().__init__()
+        self._blocks, self._block = blocks.blocks(), block
+        self._cur, self._at, self._done = b"", 0, False
+        self._state, self._prev = _OUT, -1
+        self._utf8 = _Utf8()
+        self._cutter: tuple[_CsvScan, int] | None = None  # looking for the bad record's end
+        self.bad_utf8 = False
+        self.unterminated = False
+
+    @property
+    def problem(self) -> bool:
+        return self.bad_utf8 or self.unterminated
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        while self._at >= len(self._cur):
+            if self._done:
+                return b""
+            self._advance()
+        end = len(self._cur) if n is None or n < 0 else self._at + n
+        data = self._cur[self._at : end]
+        self._at += len(data)
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def _advance(self) -> None:
+        item = next(self._blocks, None)
+        if item is None:
+            self._done, self._cur, self._at = True, b"", 0
+            return
+        data, pos, following = item
+        if self._cutter is None:
+            bad = self._utf8.check(data, pos, final=following < 0)
+            if bad is not None:
+                self.bad_utf8 = True
+                scan = _CsvScan(self._block, pos=pos, state=self._state, prev=self._prev)
+                self._cutter = (scan, bad)
+        out = data
+        if self._cutter is not None:
+            scan, bad = self._cutter
+            ends = scan.feed(data, following)
+            ends = ends[ends >= bad]
+            if ends.size:
+                out = data[: int(ends[0]) - pos + 1]
+                self._done = True
+            out = _masked_from(out, bad - pos)
+        else:
+            buf = np.frombuffer(data, dtype=np.uint8)
+            self._state = _quote_state(buf, data, self._state, self._prev, following)
+            self._prev = data[-1]
+            if following < 0:
+                self.unterminated = self._state != _OUT
+        if following < 0:
+            self._done = True
+            if out and out[-1:] not in (b"\n", b"\r"):
+                out += b"\n"
+        self._cur, self._at = out, 0
+
+
+def _masked_from(data: bytes, start: int) -> bytes:
+    """`data` with every non-ASCII byte from `start` on replaced by '?'.
+
+    pyarrow decodes a record with a wrong field count before handing it to the handler, and
+    fails on invalid UTF-8; the record holding the first invalid byte is masked from that byte
+    on, so its field count is still judged (no delimiter, quote or line end is a non-ASCII byte).
+    The masked record is never yielded: the error is raised first.
+    """
+    buf = np.frombuffer(data, dtype=np.uint8)
+    tail = buf[max(start, 0) :]
+    high = tail >= 0x80
+    if not high.any():
+        return data
+    masked = buf.copy()
+    masked[max(start, 0) :][high] = 0x3F
+    return masked.tobytes()
+
+
+class _CsvSource(InputSource):
+    """A CSV input read with pyarrow's streaming reader (all columns as text)."""
+
+    def __init__(
+        self,
+        data: _ByteSource,
+        columns: list[str] | None,
+        header: bool,
+        batch_rows: int | None,
+    ) -> None:
+        super().__init__(data.spool)
+        self._data, self.name, self._header = data, data.name, header
+        self._block = CSV_BLOCK_BYTES
+        names = self._first_names()
+        if header:
+            if all(_NUMBER.fullmatch(n.strip()) for n in names):
+                raise DataError(
+                    f"{self.name}: the first line holds numbers, not column names: add a header "
+                    "line, or read the file with --no-header --columns NAME,NAME,... naming "
+                    "every field"
+                )
+            wanted = names if columns is None else list(columns)
+            _check_columns(wanted, names, self.name)
+        else:
+            assert columns is not None
+            if len(set(columns)) != len(columns):
+                raise UsageError("--columns: a column is named twice")
+            if len(names) != len(columns):
+                raise UsageError(
+                    f"--no-header: {self.name} has {len(names)} fields per line, but --columns "
+                    f"names {len(columns)}; name every field in order"
+                )
+            names = wanted = list(columns)
+        self.all_columns, self._wanted = names, wanted
+        self.schema = pa.schema([(c, pa.string()) for c in wanted])
+        self.batch_rows = batch_rows or default_batch_rows(len(wanted))
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        convert = pacsv.ConvertOptions(
+            include_columns=self._wanted,
+            column_types={c: pa.string() for c in self._wanted},
+            strings_can_be_null=True,
+            quoted_strings_can_be_null=True,
+            null_values=[""],  # an empty field, quoted or not, is missing
         )
-    except pa.ArrowException:  # the scan should have caught it; pyarrow's text may hold data
-        raise DataError(f"cannot parse {name} as CSV") from None
-    return InputTable(_empty_strings_to_null(table), names)
+        invalid: list[tuple[int | None, int, int]] = []
+        with self._data.open() as raw:
+            feed = _CsvFeed(_CsvBlocks(raw, self.name, self._block), self._block)
+            names = None if self._header else self.all_columns
+            reader, failed = self._reader(feed, invalid, convert, names), False
+            out = _Rebatch(self.batch_rows)
+            held: pa.RecordBatch | None = None  # passed on once the next block parsed cleanly
+            while reader is not None:
+                try:
+                    batch = reader.read_next_batch()
+                except StopIteration:
+                    break
+                except (pa.ArrowException, ValueError):
+                    failed = True
+                    break
+                if held is not None:
+                    yield from out.add(held)
+                held = batch
+            if reader is None or failed or feed.problem:
+                raise self._explain(invalid, failed=reader is None or failed)
+            if held is not None:
+                yield from out.add(held)
+            yield from out.rest()
+
+    def _reader(
+        self,
+        feed: _CsvFeed,
+        invalid: list[tuple[int | None, int, int]],
+        convert: pacsv.ConvertOptions | None,
+        names: list[str] | None = None,
+    ) -> pacsv.CSVStreamingReader | None:
+        """pyarrow's streaming reader over `feed`; None if it failed on the first block.
+
+        `names` are the column names of a file without a header; without them such a file's
+        columns are named after the fields of its first record.
+        """
+
+        def on_invalid(row: Any) -> str:  # only the number and the counts: never row.text
+            invalid.append((row.number, row.expected_columns, row.actual_columns))
+            return "error"
+
+        try:
+            return pacsv.open_csv(
+                feed,
+                read_options=pacsv.ReadOptions(
+                    use_threads=False,  # row numbers are only known to the serial parser
+                    block_size=self._block,
+                    column_names=names or None,
+                    autogenerate_column_names=not self._header and not names,
+                ),
+                parse_options=pacsv.ParseOptions(
+                    newlines_in_values=True, invalid_row_handler=on_invalid
+                ),
+                convert_options=convert,
+            )
+        except (pa.ArrowException, ValueError):  # pyarrow's text may hold data: never shown
+            return None
+
+    def _first_names(self) -> list[str]:
+        """The header's names (or, without a header, one name per field of the first record).
+
+        A problem pyarrow or the feed met on the way is reported right away: a full check then
+        finds the first one in the file.
+        """
+        with self._data.open() as raw:
+            feed = _CsvFeed(_CsvBlocks(raw, self.name, self._block), self._block)
+            reader = self._reader(feed, [], None)
+            names = None
+            if reader is not None:
+                with contextlib.suppress(pa.ArrowException, ValueError):
+                    names = list(reader.schema.names)
+                with contextlib.suppress(pa.ArrowException, ValueError):
+                    reader.close()
+        if names is None or feed.problem:
+            self._check_structure()
+        if names is None:
+            raise DataError(f"cannot parse the header line of {self.name}")
+        return names
+
+    def _check_structure(self) -> None:
+        """Parse every record without converting a field; raise the first problem found."""
+        invalid: list[tuple[int | None, int, int]] = []
+        nothing = pacsv.ConvertOptions(include_columns=[_NO_COLUMN], include_missing_columns=True)
+        with self._data.open() as raw:
+            feed = _CsvFeed(_CsvBlocks(raw, self.name, self._block), self._block)
+            reader, failed = self._reader(feed, invalid, nothing), False
+            if reader is not None:
+                try:
+                    for _ in reader:
+                        pass
+                except (pa.ArrowException, ValueError):
+                    failed = True
+        if reader is None or failed or feed.problem:
+            raise self._explain(invalid, failed=reader is None or failed)
+
+    def _explain(self, invalid: list[tuple[int | None, int, int]], *, failed: bool) -> DataError:
+        """The first structural problem in file order, with its physical line number.
+
+        `invalid` holds pyarrow's first record with a wrong field count (if any); `failed` says
+        pyarrow stopped with an error of its own. The input is scanned again up to the point
+        that decides.
+        """
+        number, expected, actual = invalid[0] if invalid else (None, 0, 0)
+        with self._data.open() as raw:
+            blocks = _CsvBlocks(raw, self.name, self._block)
+            scan = _CsvScan(self._block, want=number, utf8=True)
+            for data, _, following in blocks.blocks():
+                scan.feed(data, following)
+                if number is not None and scan.want_ended:
+                    break  # a quoted field still open at the end opens after this record
+                if number is None and (scan.bad_utf8_ended or (failed and scan.long_line)):
+                    break  # the same: anything later is on a later line
+            else:
+                scan.finish()
+        problems: list[tuple[int, str]] = []
+        if scan.bad_utf8_line is not None:
+            problems.append((scan.bad_utf8_line, "invalid UTF-8 (the file must be UTF-8 encoded)"))
+        opening = scan.opening if scan.at_end and scan.state != _OUT else None
+        if number is not None and scan.want_line is not None:
+            if opening is None or number < opening.rank:
+                kind = "too many fields" if actual > expected else "too few fields"
+                what = f"{kind} (expected {expected} like the header, found {actual})"
+                problems.append((scan.want_line, what))
+                opening = None  # a malformed record before the open quote comes first
+        if opening is not None:
+            problems.append((opening.line, 'unterminated quoted field (missing closing ")'))
+        if failed and scan.long_line is not None:  # pyarrow's blocks could not hold it
+            size = f"{self._block >> 20} MiB" if self._block >= 1 << 20 else f"{self._block} bytes"
+            what = f"a row longer than {size}, the most dpsynth reads at once"
+            problems.append((scan.long_line, what))
+        if not problems:
+            return DataError(f"cannot parse {self.name} as CSV")
+        line, what = min(problems)
+        return DataError(f"{self.name}: line {line + blocks.skipped_lines}: {what}")
+
+
+class _Rebatch:
+    """pyarrow's batches (one per block) regrouped into batches of `rows` rows (the last fewer)."""
+
+    def __init__(self, rows: int) -> None:
+        self._rows = rows
+        self._parts: list[pa.RecordBatch] = []
+        self._count = 0
+
+    def add(self, batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+        if batch.num_rows:
+            self._parts.append(batch)
+            self._count += batch.num_rows
+        if self._count < self._rows:
+            return
+        whole = self._parts[0] if len(self._parts) == 1 else pa.concat_batches(self._parts)
+        full = whole.num_rows - whole.num_rows % self._rows
+        for off in range(0, full, self._rows):
+            yield whole.slice(off, self._rows)
+        self._parts = [whole.slice(full)] if full < whole.num_rows else []
+        self._count = whole.num_rows - full
+
+    def rest(self) -> Iterator[pa.RecordBatch]:
+        if self._parts:
+            yield self._parts[0] if len(self._parts) == 1 else pa.concat_batches(self._parts)
+        self._parts, self._count = [], 0
 
 
 def _check_columns(wanted: list[str], available: list[str], name: str) -> None:
@@ -270,225 +1070,70 @@ def _names_list(names: list[str], limit: int = 30) -> str:
     return shown + (f", ... ({len(names)} columns)" if len(names) > limit else "")
 
 
-def _header_names(raw: bytes, layout: _CsvLayout, name: str) -> list[str]:
-    """The header's names; a header of numbers only is the first data row of a headerless file.
-
-    Refusing it keeps a data row out of the output's header, the notes and the report.
-    """
-    start, end = layout.header
-    try:
-        head = pacsv.read_csv(
-            pa.py_buffer(raw[start:end] + b"\n"),
-            read_options=pacsv.ReadOptions(use_threads=False),
-            parse_options=pacsv.ParseOptions(newlines_in_values=True),
-        )
-    except pa.ArrowException:
-        raise DataError(f"cannot parse the header line of {name}") from None
-    names = head.column_names
-    if all(_NUMBER.fullmatch(n.strip()) for n in names):
-        raise DataError(
-            f"{name}: the first line holds numbers, not column names: add a header line, or read "
-            "the file with --no-header --columns NAME,NAME,... naming every field"
-        )
-    return names
+# --------------------------------------------------------------------------- reading: Parquet
 
 
-def _empty_strings_to_null(table: pa.Table) -> pa.Table:
-    """Empty unquoted or quoted fields of text columns become nulls, as in numeric columns."""
-    for i, field in enumerate(table.schema):
-        if pa.types.is_string(field.type) or pa.types.is_large_string(field.type):
-            col = table.column(i)
-            empty = pc.equal(pc.binary_length(col), 0)
-            if pc.any(empty).as_py():
-                table = table.set_column(
-                    i, field, pc.if_else(empty, pa.scalar(None, field.type), col)
+class _ParquetSource(InputSource):
+    """Parquet files read by row groups (`ParquetFile.iter_batches`, columns projected)."""
+
+    def __init__(
+        self,
+        name: str,
+        files: list[tuple[str, Any]],
+        columns: list[str] | None,
+        batch_rows: int | None,
+        spool: _Spool | None,
+    ) -> None:
+        super().__init__(spool)
+        self.name, self._files = name, files
+        first, total = _parquet_schema(*files[0])
+        available = first.names
+        wanted = available if columns is None else list(columns)
+        _check_columns(wanted, available, name)
+        for display, where in files[1:]:
+            other, rows = _parquet_schema(display, where)
+            total += rows
+            if other.names != first.names or other.types != first.types:
+                raise DataError(
+                    f"{display}: its columns or their types differ from {files[0][0]} (the files "
+                    f"of {name} must have one schema)"
                 )
-    return table
+        self.all_columns, self._wanted, self.num_rows = list(available), wanted, total
+        self.schema = pa.schema([first.field(c) for c in wanted], metadata=first.metadata)
+        self.batch_rows = batch_rows or default_batch_rows(len(wanted))
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        for display, where in self._files:
+            with contextlib.closing(_parquet_file(display, where)) as pfile:
+                pieces = pfile.iter_batches(
+                    batch_size=self.batch_rows, columns=self._wanted, use_threads=True
+                )
+                while True:
+                    try:
+                        batch = next(pieces)
+                    except StopIteration:
+                        break
+                    except (OSError, pa.ArrowException):
+                        raise DataError(
+                            f"cannot read {display}: corrupt or unsupported Parquet data"
+                        ) from None
+                    yield batch
 
 
-# --------------------------------------------------------------------------- CSV structure scan
-
-
-def _scan_csv(raw: bytes, name: str) -> _CsvLayout:
-    """Check record structure and UTF-8 of a comma-separated buffer; report by line number.
-
-    Follows pyarrow's parser: records end at LF, CRLF or a lone CR outside quotes; a quote opens a
-    quoted field only at the start of a field; inside, "" is a literal quote; empty lines are
-    skipped. Everything is vectorised except a fallback for quotes that do not follow RFC 4180.
-    """
-    buf = np.frombuffer(raw, dtype=np.uint8)
-    n = buf.size
-    # Delimiters and line ends, in one sorted array; `is_end` tells which is which.
-    special = np.flatnonzero((buf == _COMMA) | (buf == _LF))
-    if raw.find(b"\r") >= 0:
-        cr = np.flatnonzero(buf == _CR)
-        lone = cr[(cr + 1 >= n) | (buf[np.minimum(cr + 1, n - 1)] != _LF)]
-        if lone.size:
-            special = np.union1d(special, lone)
-    is_end = buf[special] != _COMMA
-    line_ends = special[is_end]  # every physical line end, quoted or not
-
-    def line_of(pos: int) -> int:  # physical line (1-based) holding byte `pos`
-        return int(np.searchsorted(line_ends, pos, side="left")) + 1
-
-    problems: list[tuple[int, str]] = []
-    bad_utf8 = _first_invalid_utf8(raw)
-    if bad_utf8 is not None:
-        problems.append((line_of(bad_utf8), "invalid UTF-8 (the file must be UTF-8 encoded)"))
-
-    starts, ends = _quoted_spans(raw, buf)
-    unterminated = bool(ends.size) and ends[-1] >= n
-    quoted_newlines = False
-    if starts.size:
-        quoted = _inside(special, starts, ends)
-        quoted_newlines = bool((quoted & is_end).any())
-        special, is_end = special[~quoted], is_end[~quoted]
-    rec_term = special[is_end]
-    record_of = np.cumsum(is_end) - is_end  # index of the record each delimiter belongs to
-
-    rec_start = np.concatenate(([0], rec_term + 1))
-    rec_end = np.concatenate((rec_term, [n]))
-    if rec_start[-1] >= n:  # nothing after the last line end
-        rec_start, rec_end = rec_start[:-1], rec_end[:-1]
-    nrec = rec_start.size
-    fields = np.bincount(record_of[~is_end], minlength=nrec)[:nrec] + 1
-    length = rec_end - rec_start
-    blank = (length == 0) | ((length == 1) & (buf[np.minimum(rec_start, n - 1)] == _CR))
-    if blank.all():
-        raise DataError(f"input {name} is empty (no header line)")
-    header = int(np.argmin(blank))  # the first non-blank record
-    ncols = int(fields[header])
-    wrong = (fields != ncols) & ~blank
-    wrong[: header + 1] = False
-    bad = np.flatnonzero(wrong)
-
-    if unterminated:
-        opening = int(starts[-1])
-        open_record = int(np.searchsorted(rec_end, opening, side="left"))
-        if bad.size == 0 or bad[0] >= open_record:
-            problems.append((line_of(opening), 'unterminated quoted field (missing closing ")'))
-            bad = bad[:0]
-    if bad.size:
-        r = int(bad[0])
-        got = int(fields[r])
-        kind = "too many fields" if got > ncols else "too few fields"
-        problems.append(
-            (line_of(int(rec_start[r])), f"{kind} (expected {ncols} like the header, found {got})")
-        )
-    if problems:
-        line, what = min(problems)
-        raise DataError(f"{name}: line {line}: {what}")
-    return _CsvLayout(
-        header=(int(rec_start[header]), int(rec_end[header])),
-        fields=ncols,
-        data_records=int(nrec - header - 1 - np.count_nonzero(blank[header + 1 :])),
-        quoted_newlines=quoted_newlines,
-    )
-
-
-def _first_invalid_utf8(raw: bytes) -> int | None:
-    """Byte offset of the first invalid UTF-8 sequence, or None; streaming, no full decode."""
-    if raw.isascii():
-        return None
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    view = memoryview(raw)
-    for off in range(0, len(raw), _UTF8_CHUNK):
-        pending = len(decoder.getstate()[0])
-        try:
-            decoder.decode(view[off : off + _UTF8_CHUNK], final=off + _UTF8_CHUNK >= len(raw))
-        except UnicodeDecodeError as exc:
-            return off - pending + exc.start
-    return None
-
-
-def _quoted_spans(raw: bytes, buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted (start, end) byte positions of the opening and closing quote of quoted fields.
-
-    An unterminated quoted field ends at len(raw). Fast path: if every quote plays its RFC 4180
-    role under simple quote parity (opening at a field start, closing before a delimiter, line
-    end, end of data or an escaping quote), parity is what pyarrow does. Otherwise walk the quotes
-    in Python with pyarrow's rules (a quote inside an unquoted field is a literal character).
-    """
-    n = buf.size
-    if raw.find(b'"') < 0:
-        empty = np.empty(0, dtype=np.int64)
-        return empty, empty
-    q = np.flatnonzero(buf == _QUOTE)
-    opens, closes = q[0::2], q[1::2]
-    before = buf[np.maximum(opens - 1, 0)]
-    ok_open = (
-        (opens == 0) | (before == _COMMA) | (before == _LF) | (before == _CR) | (before == _QUOTE)
-    )
-    after = buf[np.minimum(closes + 1, n - 1)]
-    ok_close = (
-        (closes == n - 1) | (after == _COMMA) | (after == _LF) | (after == _CR) | (after == _QUOTE)
-    )
-    if ok_open.all() and ok_close.all():
-        if opens.size > closes.size:
-            closes = np.append(closes, n)
-        return opens, closes
-    return _quoted_spans_slow(raw, q.tolist())
-
-
-def _quoted_spans_slow(raw: bytes, quotes: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    n = len(raw)
-    starts: list[int] = []
-    ends: list[int] = []
-    i, m = 0, len(quotes)
-    while i < m:
-        p = quotes[i]
-        if p == 0 or raw[p - 1] in (_COMMA, _LF, _CR):  # a quote at a field start opens it
-            j = i + 1
-            while j + 1 < m and quotes[j + 1] == quotes[j] + 1:  # "" is an escaped quote
-                j += 2
-            starts.append(p)
-            if j >= m:
-                ends.append(n)
-                break
-            ends.append(quotes[j])
-            i = j + 1
-        else:  # a quote inside an unquoted field is a literal character
-            i += 1
-    return np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
-
-
-def _inside(pos: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Whether each sorted position lies strictly inside one of the sorted, disjoint spans."""
-    lo = np.searchsorted(pos, starts, side="right")
-    hi = np.searchsorted(pos, ends, side="left")
-    if starts.size <= 64:  # typically just a quoted header
-        mask = np.zeros(pos.size, dtype=bool)
-        for a, b in zip(lo.tolist(), hi.tolist(), strict=True):
-            mask[a:b] = True
-        return mask
-    edges = np.bincount(lo, minlength=pos.size + 1) - np.bincount(hi, minlength=pos.size + 1)
-    return np.cumsum(edges[:-1]) > 0
-
-
-# --------------------------------------------------------------------------- Parquet
-
-
-def _read_parquet(source: str | bytes, name: str, columns: list[str] | None) -> InputTable:
-    if isinstance(source, str):
-        where: str | pa.BufferReader = source
-    else:
-        if not source:
-            raise DataError(f"input {name} is empty (0 bytes)")
-        where = pa.BufferReader(source)
+def _parquet_file(display: str, where: Any) -> pq.ParquetFile:
+    source = where() if callable(where) else where
     try:
-        pfile = pq.ParquetFile(where)
+        return pq.ParquetFile(source)
     except PermissionError as exc:
-        raise DataError(f"cannot read {name}: {_reason(exc)}") from None
+        raise DataError(f"cannot read {display}: {_reason(exc)}") from None
     except (OSError, pa.ArrowException):
-        raise DataError(f"cannot read {name}: not a valid Parquet file") from None
-    with contextlib.closing(pfile):
-        available = pfile.schema_arrow.names
-        _check_columns(available if columns is None else list(columns), available, name)
-        try:
-            table = pfile.read(columns=columns and list(columns), use_threads=True)
-        except (OSError, pa.ArrowException):
-            raise DataError(f"cannot read {name}: corrupt or unsupported Parquet data") from None
-    return InputTable(table, available)
+        raise DataError(f"cannot read {display}: not a valid Parquet file") from None
+
+
+def _parquet_schema(display: str, where: Any) -> tuple[pa.Schema, int]:
+    """A Parquet file's schema and number of rows (from its footer)."""
+    with contextlib.closing(_parquet_file(display, where)) as pfile:
+        return pfile.schema_arrow, pfile.metadata.num_rows
 
 
 # --------------------------------------------------------------------------- writing
@@ -601,24 +1246,39 @@ def write_table(table: pa.Table, path: str, fmt: str, *, input_path: str | None)
     write_outputs(table, path, fmt, input_path=input_path)
 
 
+Content = str | bytes
+Piece = pa.RecordBatch | pa.Table
+
+
 def write_outputs(
-    table: pa.Table,
+    data: pa.Table | Iterable[Piece],
     path: str,
     fmt: str,
     *,
     input_path: str | None,
-    extra: Mapping[str, str | bytes] | None = None,
+    schema: pa.Schema | None = None,
+    extra: Mapping[str, Content | Callable[[], Content]] | None = None,
 ) -> None:
-    """Write the table like `write_table` and each `extra` {path: content} (e.g. the JSON report).
+    """Write a table, or an iterable of record batches (or tables) with `schema`, to `path`
+    ("-" = stdout) as `fmt`, and each `extra` {path: content} (e.g. the JSON report).
+
+    `schema` (required for an empty iterable) fixes the columns and carries the metadata a
+    Parquet file keeps. An `extra` content may be a function, called once the batches are all
+    written (a report that counts them), before anything is committed. Memory is bounded by a
+    batch (a Parquet row group gathers small batches up to ROW_GROUP_ROWS / ROW_GROUP_BYTES).
 
     All paths are checked (none is the input, none repeats, directories exist) before anything
     is written. File outputs are all written to temporary files first and renamed only when all
-    succeeded; with stdout for the table, the extra files are committed before it is streamed.
+    succeeded, with stop signals held back meanwhile; a failure (also of the batch iterator)
+    leaves every path as it was. With stdout for the table, the extra files are committed
+    before it is written; batches for stdout are then first staged in an anonymous temporary
+    file, so that the extra files are committed only once the whole table exists (without
+    extra files they go to stdout as they come).
     """
     if fmt not in FORMATS:
         raise UsageError(f"unknown output format '{fmt}' (expected csv or parquet)")
-    extra = dict(extra or {})
-    files = ([] if path == STDIO else [path]) + list(extra)
+    extras = dict(extra or {})
+    files = ([] if path == STDIO else [path]) + list(extras)
     for out in files:
         if out == STDIO:
             raise UsageError("only the table can be written to stdout ('-')")
@@ -627,18 +1287,72 @@ def write_outputs(
     resolved = [os.path.realpath(p) for p in files]
     if len(set(resolved)) != len(resolved):
         raise UsageError(f"two outputs would be written to the same file ({', '.join(files)})")
-    with contextlib.ExitStack() as stack:  # commit together: temp files first, renames last
-        stack.callback(_set_signals_blocked, False)  # runs after every rename
-        for out, content in extra.items():
-            data = content.encode("utf-8") if isinstance(content, str) else content
-            stack.enter_context(atomic_output(out)).write(data)
-        if path != STDIO:
-            fh = stack.enter_context(atomic_output(path))
-            for chunk in _serialise(table, path, fmt):
-                fh.write(chunk)
-        _set_signals_blocked(True)  # a SIGTERM now waits until all renames are done
-    if path == STDIO:  # after the extra files: the reader may close the pipe at any time
-        _write_stdout(_serialise(table, path, fmt))
+    pieces, schema = _pieces(data, schema)
+    with contextlib.ExitStack() as keep:
+        staged: BinaryIO | None = None
+        with contextlib.ExitStack() as stack:  # commit together: temp files first, renames last
+            stack.callback(_set_signals_blocked, False)  # runs after every rename
+            for out, content in extras.items():
+                if not callable(content):
+                    stack.enter_context(atomic_output(out)).write(_encoded(content))
+            if path != STDIO:
+                fh = stack.enter_context(atomic_output(path))
+                for chunk in _serialise(pieces, schema, path, fmt):
+                    fh.write(chunk)
+            elif extras and not isinstance(data, pa.Table):
+                staged = keep.enter_context(tempfile.TemporaryFile())
+                _stage(_serialise(pieces, schema, path, fmt), staged)
+            for out, content in extras.items():
+                if callable(content):
+                    stack.enter_context(atomic_output(out)).write(_encoded(content()))
+            _set_signals_blocked(True)  # a SIGTERM now waits until all renames are done
+        if path == STDIO:  # after the extra files: the reader may close the pipe at any time
+            if staged is not None:
+                staged.seek(0)
+                _write_stdout(iter(lambda: staged.read(_SPOOL_CHUNK), b""))
+            else:
+                _write_stdout(_serialise(pieces, schema, path, fmt))
+
+
+def _encoded(content: Content) -> bytes:
+    return content.encode("utf-8") if isinstance(content, str) else content
+
+
+def _stage(chunks: Iterable[bytes | pa.Buffer], staged: BinaryIO) -> None:
+    for chunk in chunks:
+        try:
+            staged.write(chunk)
+        except OSError as exc:
+            raise DataError(
+                f"cannot write {STDOUT_NAME}: staging it in {tempfile.gettempdir()} failed "
+                f"({_reason(exc)}; set TMPDIR to a directory with room)"
+            ) from None
+
+
+def _pieces(
+    data: pa.Table | Iterable[Piece], schema: pa.Schema | None
+) -> tuple[Iterator[Piece], pa.Schema]:
+    """The batches to write and their schema (checked against each batch as it comes)."""
+    if isinstance(data, pa.Table):
+        if schema is not None:
+            data = _conform(data, schema)
+        return iter([data]), data.schema
+    items = iter(data)
+    if schema is None:
+        first = next(items, None)
+        if first is None:
+            raise ValueError("write_outputs: an empty iterable of batches needs a schema")
+        schema = first.schema
+        items = itertools.chain([first], items)
+    return (_conform(item, schema) for item in items), schema
+
+
+def _conform(item: Piece, schema: pa.Schema) -> Piece:
+    if item.schema.names != schema.names or item.schema.types != schema.types:
+        raise ValueError("write_outputs: a batch's columns or types differ from the schema")
+    if item.schema.equals(schema, check_metadata=True):
+        return item
+    return item.cast(schema)  # nullability or metadata only
 
 
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
@@ -664,15 +1378,12 @@ def _refuse_input(out: str, input_path: str | None) -> None:
         raise UsageError(f"refusing to overwrite the input {input_path} with output {out}")
 
 
-def _serialise(table: pa.Table, path: str, fmt: str) -> Iterator[bytes | pa.Buffer]:
+def _serialise(
+    pieces: Iterable[Piece], schema: pa.Schema, path: str, fmt: str
+) -> Iterator[bytes | pa.Buffer]:
     if fmt == "parquet":
-        sink = pa.BufferOutputStream()
-        try:
-            pq.write_table(table, sink)
-        except pa.ArrowException:
-            raise DataError(f"cannot write {_out_name(path)} as Parquet") from None
-        return iter([sink.getvalue()])
-    chunks = _csv_chunks(table, _out_name(path))
+        return _parquet_chunks(pieces, schema, _out_name(path))
+    chunks = _csv_chunks(pieces, schema, _out_name(path))
     if path != STDIO and path.lower().endswith(".gz"):
         return _gzipped(chunks)
     return chunks
@@ -682,22 +1393,58 @@ def _out_name(path: str) -> str:
     return STDOUT_NAME if path == STDIO else path
 
 
-def _csv_chunks(table: pa.Table, name: str) -> Iterator[pa.Buffer]:
-    """The table as CSV (header first), CSV_CHUNK_ROWS rows at a time."""
-    offsets = range(0, table.num_rows, CSV_CHUNK_ROWS) if table.num_rows else [0]
-    for k, off in enumerate(offsets):
-        sink = pa.BufferOutputStream()
+def _csv_chunks(pieces: Iterable[Piece], schema: pa.Schema, name: str) -> Iterator[pa.Buffer]:
+    """The batches as CSV (header first), CSV_CHUNK_ROWS rows at a time."""
+    header = True
+    for piece in pieces:
+        for off in range(0, piece.num_rows, CSV_CHUNK_ROWS):
+            yield _csv_chunk(piece.slice(off, CSV_CHUNK_ROWS), header, name)
+            header = False
+    if header:  # no rows: the header alone
+        yield _csv_chunk(schema.empty_table(), True, name)
+
+
+def _csv_chunk(piece: Piece, header: bool, name: str) -> pa.Buffer:
+    sink = pa.BufferOutputStream()
+    try:
+        pacsv.write_csv(piece, sink, pacsv.WriteOptions(include_header=header))
+    except pa.ArrowException:
+        raise DataError(f"cannot write {name} as CSV (unsupported column type)") from None
+    return sink.getvalue()
+
+
+def _parquet_chunks(pieces: Iterable[Piece], schema: pa.Schema, name: str) -> Iterator[bytes]:
+    """The batches as one Parquet file: small batches are gathered into row groups of up to
+    ROW_GROUP_ROWS rows / ROW_GROUP_BYTES bytes; a table is written as `pq.write_table` does."""
+    sink = _Collector()
+    try:
+        writer = pq.ParquetWriter(sink, schema)
+    except pa.ArrowException:
+        raise DataError(f"cannot write {name} as Parquet") from None
+    group: list[Piece] = []
+    rows = size = 0
+    for piece in itertools.chain(pieces, [None]):
+        if piece is not None and not isinstance(piece, pa.Table):
+            group.append(piece)
+            rows, size = rows + piece.num_rows, size + piece.nbytes
+            if rows < ROW_GROUP_ROWS and size < ROW_GROUP_BYTES:
+                continue
+        tables = [pa.Table.from_batches(group, schema=schema)] if group else []
+        if isinstance(piece, pa.Table):
+            tables.append(piece)
+        group, rows, size = [], 0, 0
         try:
-            pacsv.write_csv(
-                table.slice(off, CSV_CHUNK_ROWS), sink, pacsv.WriteOptions(include_header=k == 0)
-            )
+            for table in tables:
+                writer.write_table(table)
+            if piece is None:
+                writer.close()
         except pa.ArrowException:
-            raise DataError(f"cannot write {name} as CSV (unsupported column type)") from None
-        yield sink.getvalue()
+            raise DataError(f"cannot write {name} as Parquet") from None
+        yield sink.take()
 
 
 def _gzipped(chunks: Iterable[bytes | pa.Buffer]) -> Iterator[bytes]:
-    compressor = _GzipCollector()
+    compressor = _Collector()
     with gzip.GzipFile(fileobj=compressor, mode="wb", compresslevel=6, mtime=0) as gz:
         for chunk in chunks:
             gz.write(chunk)
@@ -705,15 +1452,23 @@ def _gzipped(chunks: Iterable[bytes | pa.Buffer]) -> Iterator[bytes]:
     yield compressor.take()
 
 
-class _GzipCollector:
-    """A write-only file object that collects what gzip writes, to hand it on in pieces."""
+class _Collector:
+    """A write-only file object that collects what a writer (gzip, Parquet) writes, to hand it
+    on in pieces."""
 
     def __init__(self) -> None:
         self._parts: list[bytes] = []
+        self._written = 0
+        self.closed = False
 
-    def write(self, data: bytes) -> int:
-        self._parts.append(bytes(data))
-        return len(data)
+    def write(self, data: Any) -> int:
+        part = bytes(data)
+        self._parts.append(part)
+        self._written += len(part)
+        return len(part)
+
+    def tell(self) -> int:
+        return self._written
 
     def flush(self) -> None:
         pass

@@ -199,3 +199,32 @@ Json = Annotated[
     bool,
     _opt("--json", help="Print the JSON report on stdout for scripts, e.g. --json | jq .rows."),
 ]
+BatchRows = Annotated[
+    int | None,
+    _opt(
+        "--batch-rows",
+        metavar="N",
+        help="Rows read (and written) per batch, e.g. --batch-rows 200000: memory grows with it, "
+        "not with the table. Default: about 1,000,000 rows (fewer for wide tables).",
+    ),
+]
+Engine = Annotated[
+    str,
+    _opt(
+        "--engine",
+        metavar="local|dask",
+        show_default=True,
+        help="Where the statistics passes run, e.g. --engine dask: local (streamed on this "
+        "machine) or dask (tasks over the input's Parquet files / row groups on a Dask cluster; "
+        "needs the dask extra). The private release always runs here.",
+    ),
+]
+Scheduler = Annotated[
+    str | None,
+    _opt(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="With --engine dask: a running Dask scheduler, e.g. --scheduler tcp://10.0.0.5:8786 "
+        "(default: a local cluster of 2 worker processes).",
+    ),
+]

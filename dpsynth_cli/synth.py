@@ -172,18 +172,20 @@ class CountAndBounds:
 
     columns: tuple[int, ...]
     n: int = 0
-    fine: dict[int, np.ndarray] = field(default_factory=dict)
+    fine: dict[int, np.ndarray] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.fine = {j: histograms(np.empty(0)) for j in self.columns}
 
     def add(self, X: np.ndarray) -> None:
         self.n += X.shape[0]
         for j in self.columns:
-            h = histograms(X[:, j])
-            self.fine[j] = self.fine[j] + h if j in self.fine else h
+            self.fine[j] += histograms(X[:, j])
 
     def merge(self, other: CountAndBounds) -> CountAndBounds:
         self.n += other.n
-        for j, h in other.fine.items():
-            self.fine[j] = self.fine[j] + h if j in self.fine else h
+        for j in self.columns:
+            self.fine[j] += other.fine[j]
         return self
 
 

@@ -44,7 +44,7 @@ STATISTICS = {
         lambda a: a.counts(np.arange(1 << 6), 6),
     ),
     "count and bounds": (
-        lambda d: partial(CountAndBounds, (0, d - 1)),
+        lambda d: partial(CountAndBounds, tuple(sorted({0, d - 1}))),
         lambda a: np.concatenate([[a.n], a.fine[0].ravel(), a.fine[a.columns[-1]].ravel()]),
     ),
 }

@@ -24,6 +24,7 @@ from typing import Any
 from dpsynth_cli.domain import ColumnSpec, value_matrix
 from dpsynth_cli.engine.rows import A, Rows, Transform
 from dpsynth_cli.errors import UsageError
+from dpsynth_cli.io import parquet_files
 
 DEFAULT_WORKERS = 2
 
@@ -88,7 +89,7 @@ def client(scheduler: str | None, workers: int = DEFAULT_WORKERS) -> Iterator[An
             n_workers=workers,
             threads_per_worker=1,
             processes=True,
-            dashboard_address=None,
+            dashboard_address=":0",
             silence_logs=50,
         ) as cluster,
         Client(cluster) as c,
@@ -112,9 +113,7 @@ def parquet_partitions(
     import pyarrow.parquet as pq
 
     if os.path.isdir(path):
-        files = sorted(
-            os.path.join(path, f) for f in os.listdir(path) if f.endswith((".parquet", ".pq"))
-        )
+        files = parquet_files(path)
         return [Partition(f, partial(_parquet_part, f, columns, None, batch_rows)) for f in files]
     groups = list(range(pq.ParquetFile(path).num_row_groups))
     step = max(1, -(-len(groups) // parts_per_file))

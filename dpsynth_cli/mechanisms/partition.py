@@ -192,10 +192,21 @@ class SubtreeCounts:
 
     def add(self, X: np.ndarray) -> None:
         codes = leaf_codes(X, self.top + self.k)
-        pos = np.searchsorted(self.roots, codes >> self.k)
-        pos = np.minimum(pos, self.roots.size - 1)
-        inside = self.roots[pos] == codes >> self.k
-        keys = (pos[inside] << self.k) | (codes[inside] & ((1 << self.k) - 1))
+        if self.roots.size == 1 << self.top:  # every cell of the level: codes are the keys
+            keys = codes
+        else:
+            pos = np.searchsorted(self.roots, codes >> self.k)
+            pos = np.minimum(pos, self.roots.size - 1)
+            inside = self.roots[pos] == codes >> self.k
+            keys = (pos[inside] << self.k) | (codes[inside] & ((1 << self.k) - 1))
+        if self._dense is not None or keys.size > self.DENSE_FILL * self.size:
+            if self._dense is None:
+                self._dense = np.zeros(self.size, dtype=np.int64)
+                self._dense[self._keys] = self._vals
+                self._keys = self._vals = np.zeros(0, dtype=np.int64)
+            self._cum = None
+            self._dense += np.bincount(keys, minlength=self.size)
+            return
         self._add_keys(*np.unique(keys, return_counts=True))
 
     def _add_keys(self, keys: np.ndarray, vals: np.ndarray) -> None:
