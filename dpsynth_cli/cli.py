@@ -206,7 +206,7 @@ def synth(
                 read, input, in_fmt, choice.specs, options, source, scheduler
             )
         else:
-            data = feedback.passes(read.batches, getattr(read, "num_rows", None))
+            data = feedback.passes(read.batches, read.num_rows)
             result = synthesize(data, choice.specs, options, source)
     for notice in result.notices:
         feedback.notice(notice)

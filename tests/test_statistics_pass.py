@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from dpsynth_cli.engine.rows import BatchesSource, Rows, as_rows, batch_slices
+from dpsynth_cli.engine.rows import BatchesSource, Rows, as_rows
 from dpsynth_cli.mechanisms import grid, partition, privtree
 from dpsynth_cli.mechanisms.base import Output, split_batches
 from dpsynth_cli.mechanisms.moments import MomentSums
@@ -61,7 +61,8 @@ def test_any_batch_split_and_merge_gives_the_one_batch_statistic(name: str, d: i
     for trial in range(5):
         sizes = _pieces(X.shape[0], rng)
         assert np.array_equal(value(_rows(X, sizes).collect(make(d))), whole), (name, sizes)
-        parts = [as_rows(X[s]).collect(make(d)) for s in batch_slices(3000, 400 + 211 * trial)]
+        step = 400 + 211 * trial
+        parts = [as_rows(X[i : i + step]).collect(make(d)) for i in range(0, 3000, step)]
         order = rng.permutation(len(parts))
         merged = parts[order[0]]
         for i in order[1:]:
@@ -139,3 +140,27 @@ def test_split_batches_puts_rows_in_uniformly_random_order() -> None:
     share = (firsts / m).mean(axis=0)
     se = np.sqrt(sizes / 1000 * (1 - sizes / 1000) / m.mean() / 2000)
     assert np.all(np.abs(share - sizes / 1000) < 4.5 * se + 1e-9), share
+
+
+def test_progress_counts_rows_per_pass_on_a_terminal_and_is_silent_otherwise() -> None:
+    from dpsynth_cli.console import Feedback
+
+    table = pa.table({"a": np.arange(250)})
+    batches = lambda: table.to_batches(max_chunksize=100)  # noqa: E731
+    quiet = Feedback(quiet=True)
+    assert [b.num_rows for b in quiet.passes(batches, 250)()] == [100, 100, 50]
+
+    class Status:
+        texts: list[str] = []
+
+        def update(self, text: str) -> None:
+            self.texts.append(text)
+
+    shown = Feedback(quiet=False)
+    shown.interactive, shown._status = True, Status()
+    wrapped = shown.passes(batches, 250)
+    assert sum(b.num_rows for b in wrapped()) == 250
+    assert sum(b.num_rows for b in wrapped()) == 250
+    texts = Status.texts
+    assert "(pass 1): 250 rows" in texts[2] and "(pass 2): 100 rows" in texts[3]
+    assert all("rows/s" in t and "left" in t for t in texts)

@@ -14,7 +14,7 @@ record batches read from files (`engine.local`), or Dask partitions (`engine.das
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -100,11 +100,3 @@ def as_rows(X: Rows | np.ndarray) -> Rows:
         return X
     X = np.asarray(X, dtype=np.float64)
     return Rows(MatrixSource(X), X.shape[1])
-
-
-def batch_slices(n: int, batch_rows: int) -> Iterator[slice]:
-    """Consecutive row slices of at most batch_rows rows covering 0..n (one empty slice if n=0)."""
-    if n == 0:
-        yield slice(0, 0)
-    for lo in range(0, n, batch_rows):
-        yield slice(lo, min(n, lo + batch_rows))
