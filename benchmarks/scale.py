@@ -69,7 +69,7 @@ BASELINE = """
 import sys, pyarrow as pa, pyarrow.parquet as pq, pyarrow.csv as pacsv
 src, dst, fmt = sys.argv[1:4]
 if fmt == "parquet":
-    f = pq.ParquetFile(src)
+    f = pq.ParquetFile(src, pre_buffer=False)
     with pq.ParquetWriter(dst, f.schema_arrow) as w:
         for b in f.iter_batches(batch_size=1 << 20):
             w.write_batch(b)

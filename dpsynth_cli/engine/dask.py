@@ -100,7 +100,7 @@ def client(scheduler: str | None, workers: int = DEFAULT_WORKERS) -> Iterator[An
 def _parquet_part(path: str, columns: list[str], row_groups: list[int] | None, batch_rows: int):
     import pyarrow.parquet as pq
 
-    return pq.ParquetFile(path).iter_batches(
+    return pq.ParquetFile(path, pre_buffer=False).iter_batches(  # as io: bounded memory
         batch_size=batch_rows, row_groups=row_groups, columns=columns
     )
 
