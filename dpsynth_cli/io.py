@@ -1169,11 +1169,14 @@ def atomic_output(path: str) -> Iterator[BinaryIO]:
     target, directory = _check_output_path(path)
     prefix = _temp_prefix(target)
     _remove_stale_temps(directory, prefix)
+    _set_signals_blocked(True)  # no stop between creating the file and the `try` removing it
     try:
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=f"{prefix}{os.getpid()}-", suffix=".tmp")
     except OSError as exc:
+        _set_signals_blocked(False)
         raise DataError(f"cannot write {path}: {_reason(exc)}") from None
     try:
+        _set_signals_blocked(False)  # a signal held meanwhile is raised here: tmp is removed
         try:
             os.fchmod(fd, os.stat(target).st_mode & 0o7777)
         except FileNotFoundError:
@@ -1362,10 +1365,31 @@ _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
 def _set_signals_blocked(blocked: bool) -> None:
-    """Hold back stop signals while outputs are renamed into place, so that a run stopped then
-    leaves all of its files or none (a pending signal is delivered when they are unblocked)."""
-    if threading.current_thread() is threading.main_thread():
-        signal.pthread_sigmask(signal.SIG_BLOCK if blocked else signal.SIG_UNBLOCK, _STOP_SIGNALS)
+    """Hold back stop signals while outputs are renamed into place (or a temporary file is
+    created and registered for removal), so that a run stopped then leaves all of its files or
+    none: a signal that arrives meanwhile is recorded and raised again when they are released.
+
+    Python runs signal handlers in the main thread whichever thread the operating system chose,
+    so replacing the handlers holds even while pyarrow's threads run (pthread_sigmask would not:
+    it masks the main thread only, and another thread then takes the signal)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if blocked:
+        if _held is None:
+            pending: list[int] = []
+            handlers = {s: signal.signal(s, lambda n, _f: pending.append(n)) for s in _STOP_SIGNALS}
+            globals()["_held"] = (handlers, pending)
+        return
+    if _held is not None:
+        handlers, pending = _held
+        globals()["_held"] = None
+        for s, h in handlers.items():
+            signal.signal(s, h)
+        if pending:
+            signal.raise_signal(pending[0])
+
+
+_held: tuple[dict[int, Any], list[int]] | None = None
 
 
 def _refuse_input(out: str, input_path: str | None) -> None:
