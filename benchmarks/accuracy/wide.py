@@ -51,6 +51,32 @@ HALF_TARGET = 0.5  # near-subspace: auto's W1 - floor at most this x full-dimens
 UNSTRUCTURED_SLACK = 1.10  # independent columns: auto at most 10% worse than full
 BEST_FIXED_SLACK = 1.25  # auto within 25% of the best fixed d' in hindsight
 
+# smartnoise AIM, limited so that one fit at n = 10^5 takes minutes, not hours (with snsynth's
+# defaults, rounds = 16 d and max_model_size = 80 MB, the first cell, near2-d10 eps 0.5, passed
+# 600 s; a calibration run reached a 4-column junction-tree clique, 32^4 cells, 87 s per round,
+# at its 14th round). AIM_ROUNDS_PER_COLUMN: `rounds` = 2 d, so AIM's one-way marginals take
+# 0.9 d / rounds = 45% of its zCDP budget and about 1.1 d selection rounds follow (about 20 s each
+# at d = 30, where scoring the 465 candidates dominates). AIM_PAIRS_PER_COLUMN: `max_model_size`
+# = d 32x32 marginals in MB (snsynth counts the cells of the measured cliques, not of the junction
+# tree), so at most about d distinct pairs are measured and the junction tree stays small.
+# Measured with these (load average 1-4): 36-60 s per fit at d = 10, 780-930 s at d = 30.
+# MST runs with snsynth's defaults (it has no such knobs).
+AIM_ROUNDS_PER_COLUMN = 2
+AIM_PAIRS_PER_COLUMN = 1
+
+
+def peer_options(method: str, d: int) -> dict:
+    """Constructor arguments for the smartnoise peer on d columns (AIM only; see above)."""
+    if method != "aim":
+        return {}
+    from benchmarks.accuracy.peers import SMARTNOISE_BINS
+
+    pair_mb = SMARTNOISE_BINS**2 * 8 / 2**20
+    return {
+        "rounds": AIM_ROUNDS_PER_COLUMN * d,
+        "max_model_size": AIM_PAIRS_PER_COLUMN * d * pair_mb,
+    }
+
 
 def fixed_dims(d: int) -> list[int]:
     """K = 1..4, then a ladder 6, 10, 15 up to d (each run costs an exact 3,000 x 3,000 W1 of
@@ -151,7 +177,9 @@ def run_job(job: dict) -> dict:
         try:
             if method in ("mst", "aim"):
                 info = {"n": X.shape[0], "d": X.shape[1], "detail": detail}
-                Y = peers._smartnoise(method)(X, eps, seed, info)
+                options = peer_options(method, X.shape[1])
+                detail["options"] = options
+                Y = peers._smartnoise(method, options)(X, eps, seed, info)
             else:
                 Y = run_ours(X, eps, seed, method.removeprefix("dim-"), detail)
         finally:
@@ -384,7 +412,11 @@ def section(args, floors, rows, tables_used, dims, wall) -> str:
         f"{SUBSAMPLE:,}-row subsamples of two disjoint halves of the table (mean ± sd of "
         f"{FLOOR_REPEATS}). Our methods share one seed per (table, eps, run), so `--dim auto` "
         "reproduces the fixed `--dim K` it chooses exactly. MST and AIM: smartnoise-synth, 32 "
-        "bins per column on the public bounds, as in the accuracy section above.",
+        "bins per column on the public bounds, as in the accuracy section above; MST with "
+        f"snsynth's defaults, AIM with rounds = {AIM_ROUNDS_PER_COLUMN} d and max_model_size = "
+        f"{peer_options('aim', 1)['max_model_size']:.4f} d MB ({AIM_PAIRS_PER_COLUMN} 32x32 "
+        "marginal(s) per column; snsynth's defaults, 16 d rounds and 80 MB, did not finish a "
+        "fit in 600 s).",
         "",
         "Tables:",
         "",
