@@ -20,7 +20,14 @@ def start(tmp_path, rows: int) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "dpsynth_cli", "synth", str(src), "--eps", "1"]
     cmd += ["--bounds", "a=0:9", "--bounds", "b=0:1", "--rows", str(rows)]
     cmd += ["-o", str(tmp_path / "out.csv")]
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # As a foreground run: SIGINT at its default (a shell's background job, e.g. `make test &`,
+    # inherits it ignored, and then Python, rightly, does not turn Ctrl-C into KeyboardInterrupt).
+    return subprocess.Popen(
+        cmd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
