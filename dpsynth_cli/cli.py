@@ -165,7 +165,7 @@ def synth(
 ) -> None:
     """Write DP synthetic data close to INPUT in 1-Wasserstein distance, and a JSON report."""
     feedback = Feedback(quiet)
-    _check_engine(engine, scheduler, batch_rows, input)
+    _check_engine(engine, scheduler, input)
     options = SynthOptions(
         eps, bounds_eps, neighboring, mechanism, rows, diagnostics is not None, dim
     )
@@ -244,15 +244,13 @@ def synth(
     feedback.summary(public, output, report_file)
 
 
-def _check_engine(engine: str, scheduler: str | None, batch_rows: int | None, input: str) -> None:
+def _check_engine(engine: str, scheduler: str | None, input: str) -> None:
     if engine not in ("local", "dask"):
         raise UsageError("--engine must be local or dask")
     if scheduler and engine != "dask":
         raise UsageError("--scheduler is for --engine dask")
     if engine == "dask" and input == "-":
         raise UsageError("--engine dask reads files its workers can open, not stdin")
-    if batch_rows is not None and batch_rows < 1:
-        raise UsageError("--batch-rows must be a positive number of rows")
 
 
 def _synthesize_on_dask(

@@ -651,6 +651,15 @@ def test_closed_pipe_in_subprocess_is_quiet():
             sys.exit(42)
         """
     )
+    code, head, stderr = closing_stdout_early(script, timeout=30)
+    assert code == 42
+    assert head.startswith(b'"x","y"')
+    assert stderr == b""
+
+
+def closing_stdout_early(script: str, timeout: float) -> tuple[int, bytes, bytes]:
+    """Run `script` in a fresh Python, read 10 bytes of its stdout, then close the pipe (as
+    `| head` does): its exit code, those bytes, and its stderr."""
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(dio.__file__)))
     proc = subprocess.Popen(
         [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
@@ -659,6 +668,4 @@ def test_closed_pipe_in_subprocess_is_quiet():
     proc.stdout.close()
     stderr = proc.stderr.read()
     proc.stderr.close()
-    assert proc.wait(timeout=30) == 42
-    assert head.startswith(b'"x","y"')
-    assert stderr == b""
+    return proc.wait(timeout=timeout), head, stderr

@@ -21,6 +21,7 @@ import pytest
 
 from dpsynth_cli import io as dio
 from dpsynth_cli.errors import DataError, UsageError
+from tests.test_io import closing_stdout_early
 
 SECRET = "987654.321"  # a data value that must never appear in an error message
 
@@ -608,13 +609,6 @@ def test_closed_stdout_keeps_the_report(tmp_path):
             sys.exit(42)
         """
     )
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(dio.__file__)))
-    proc = subprocess.Popen(
-        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
-    )
-    head = proc.stdout.read(10)
-    proc.stdout.close()
-    stderr = proc.stderr.read()
-    proc.stderr.close()
-    assert proc.wait(timeout=60) == 42, stderr
+    code, head, stderr = closing_stdout_early(script, timeout=60)
+    assert code == 42, stderr
     assert head.startswith(b'"x","y"') and (tmp_path / "r.json").read_text() == "{}"

@@ -74,6 +74,8 @@ def split_batches(
     stack = [(np.flatnonzero(keep), np.asarray(sizes[keep], dtype=np.int64))]
     while stack:
         cells, counts = stack.pop()
+        if cells.size == 0:  # every row of the group went to the other half
+            continue
         if int(counts.sum()) <= batch_rows:
             yield cells, counts
             continue
