@@ -271,9 +271,11 @@ def value_matrix(table: pa.Table, specs: list[ColumnSpec]) -> np.ndarray:
     if not specs:
         return np.empty((0, 0))
     values = np.empty((table.num_rows, len(specs)))
+    missing = np.zeros(table.num_rows, dtype=bool)
     for j, s in enumerate(specs):
         values[:, j] = column_values(table.column(s.name))
-    return values[~np.isnan(values).any(axis=1)]
+        missing |= np.isnan(values[:, j])
+    return values[~missing] if missing.any() else values
 
 
 @dataclass(frozen=True)

@@ -82,13 +82,31 @@ def test_subtree_counts_answer_every_level_they_span() -> None:
         assert np.array_equal(h.counts(cells, level), want)
 
 
+@pytest.mark.parametrize("lookup_bits", [0, 2, 5, 24])
+def test_subtree_counts_find_the_roots_with_any_lookup_table(lookup_bits, monkeypatch) -> None:
+    """Rows are matched to their root through a table over the roots' ancestors at level
+    LOOKUP_BITS (one root below an ancestor: compared; several: binary search): the counts are
+    the same whatever the table's level, roots alone or crowded under one ancestor."""
+    monkeypatch.setattr(partition.SubtreeCounts, "LOOKUP_BITS", lookup_bits)
+    X = np.random.default_rng(2).beta(0.5, 0.5, size=(5000, 2))
+    roots = np.array([0, 1, 2, 7, 40, 41, 63])  # cells at level 6, some sharing ancestors
+    h = as_rows(X).collect(partial(partition.SubtreeCounts, roots, 6, 3, 2))
+    codes = np.sort(partition.leaf_codes(X, 9))
+    cells = np.concatenate([(r << 3) + np.arange(8) for r in roots])
+    want = np.searchsorted(codes, cells + 1) - np.searchsorted(codes, cells)
+    assert np.array_equal(h.counts(cells, 9), want)
+    assert np.array_equal(h.counts(roots, 6), [np.sum(codes >> 3 == r) for r in roots])
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_streamed_pipeline_gives_the_stored_seeded_outputs(case, monkeypatch) -> None:
-    """The real pipeline on record batches of 97 rows, and PrivTree allowed only 2^6 cells per
-    pass (so deep trees take many passes), gives the outputs stored before the refactor."""
+    """The real pipeline on record batches of 97 rows, PrivTree allowed only 2^6 cells per pass
+    (so deep trees take many passes) and finding roots through a table of 2^3 ancestors, gives
+    the outputs stored before the refactor."""
     import dpsynth_cli.synth as synth
 
     monkeypatch.setattr(privtree, "PASS_BITS", 6)
+    monkeypatch.setattr(partition.SubtreeCounts, "LOOKUP_BITS", 3)
     real = synth.value_rows
 
     def streamed(data, specs):

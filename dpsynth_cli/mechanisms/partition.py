@@ -179,8 +179,10 @@ class SubtreeCounts:
     _vals: np.ndarray = field(init=False)
     _dense: np.ndarray | None = field(init=False, default=None)
     _cum: np.ndarray | None = field(init=False, default=None)
+    _slot: np.ndarray | None = field(init=False, default=None)
 
     DENSE_FILL = 1 / 8
+    LOOKUP_BITS = 24  # the ancestors' table: 2^24 entries at most (64 MiB of int32)
 
     def __post_init__(self) -> None:
         self._keys = np.zeros(0, dtype=np.int64)
@@ -190,14 +192,40 @@ class SubtreeCounts:
     def size(self) -> int:
         return self.roots.size << self.k
 
+    def __getstate__(self) -> dict:
+        """Without the lookup table (rebuilt where needed): statistics travel light."""
+        return {**self.__dict__, "_slot": None}
+
+    def _positions(self, cells: np.ndarray) -> np.ndarray:
+        """Index in `roots` of each cell at level `top`, -1 for cells outside every root.
+
+        A table over the cells' ancestors at level min(top, LOOKUP_BITS) gives the one root
+        below an ancestor (checked against the cell when top is deeper); only cells under an
+        ancestor holding several roots fall back to a binary search.
+        """
+        shift = max(self.top - self.LOOKUP_BITS, 0)
+        if self._slot is None:
+            prefix = self.roots >> shift
+            starts = np.flatnonzero(np.r_[True, prefix[1:] != prefix[:-1]])
+            single = np.diff(np.r_[starts, prefix.size]) == 1
+            self._slot = np.full(1 << (self.top - shift), -1, dtype=np.int32)
+            self._slot[prefix[starts]] = np.where(single, starts, -2)  # -2: several roots
+        pos = self._slot[cells >> shift].astype(np.int64)
+        if shift:
+            one = np.flatnonzero(pos >= 0)
+            pos[one[self.roots[pos[one]] != cells[one]]] = -1
+            several = np.flatnonzero(pos == -2)
+            found = np.minimum(np.searchsorted(self.roots, cells[several]), self.roots.size - 1)
+            pos[several] = np.where(self.roots[found] == cells[several], found, -1)
+        return pos
+
     def add(self, X: np.ndarray) -> None:
         codes = leaf_codes(X, self.top + self.k)
         if self.roots.size == 1 << self.top:  # every cell of the level: codes are the keys
             keys = codes
         else:
-            pos = np.searchsorted(self.roots, codes >> self.k)
-            pos = np.minimum(pos, self.roots.size - 1)
-            inside = self.roots[pos] == codes >> self.k
+            pos = self._positions(codes >> self.k)
+            inside = pos >= 0
             keys = (pos[inside] << self.k) | (codes[inside] & ((1 << self.k) - 1))
         if self._dense is not None or keys.size > self.DENSE_FILL * self.size:
             if self._dense is None:

@@ -27,18 +27,24 @@ def within_cell_uniforms(counts: np.ndarray, d: int, rng: np.random.Generator) -
     """Low-discrepancy points in [0,1)^d for every cell, counts[c] of them, cells in order.
 
     Exactly stratified for d = 1 (one point in each 1/c of the cell); a randomly shifted
-    Kronecker sequence with the generalised golden ratio for d >= 2.
+    Kronecker sequence with the generalised golden ratio for d >= 2. Per-cell values are
+    expanded with `np.repeat` (same values as indexing by the cell of each point, faster).
     """
     m = int(counts.sum())
-    cell = np.repeat(np.arange(counts.size), counts)
     start = np.cumsum(counts) - counts
-    i = (np.arange(m) - start[cell]).astype(np.float64)
-    shift = rng.random((counts.size, d))[cell]
+    i = np.arange(m, dtype=np.float64)
+    i -= np.repeat(start, counts)  # exact: integers below 2^53
+    shift = np.repeat(rng.random((counts.size, d)), counts, axis=0)
     if d == 1:
-        return (i[:, None] + shift) / counts[cell][:, None]
+        shift += i[:, None]
+        shift /= np.repeat(counts, counts)[:, None]
+        return shift
     alpha = _golden(d) ** -np.arange(1.0, d + 1.0)
-    u = shift + i[:, None] * alpha[None, :]
-    return u - np.floor(u)
+    u = shift
+    for c in range(d):
+        u[:, c] += i * alpha[c]
+    u -= np.floor(u)
+    return u
 
 
 def relative_slope(below: np.ndarray, here: np.ndarray, above: np.ndarray) -> np.ndarray:
@@ -69,11 +75,12 @@ def place_in_boxes(
     slopes[i] ((k, d)), in box order (the caller shuffles)."""
     counts = np.asarray(counts, dtype=np.int64)
     d = lower.shape[1]
-    box = np.repeat(np.arange(counts.size), counts)
     u = within_cell_uniforms(counts, d, rng)
     for c in range(d):
-        u[:, c] = linear_inverse_cdf(slopes[box, c], u[:, c])
-    return lower[box] + width[box] * u
+        u[:, c] = linear_inverse_cdf(np.repeat(slopes[:, c], counts), u[:, c])
+    u *= np.repeat(width, counts, axis=0)
+    u += np.repeat(lower, counts, axis=0)
+    return u
 
 
 _CHUNK_VALUES = 1 << 22  # uniform draws per chunk in `uniform_columns` (32 MiB of float64)
