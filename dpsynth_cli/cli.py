@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from dpsynth_cli import __version__, io, report
+from dpsynth_cli import __version__, io, pca_cli, report
 from dpsynth_cli import options as opt
 from dpsynth_cli.console import Feedback, print_evaluation
 from dpsynth_cli.domain import (
@@ -452,6 +452,9 @@ def _plot_pair(text: str | None, names: list[str]) -> tuple[int, int] | None:
             "--plot-columns: give two of the compared columns, e.g. --plot-columns a,b"
         )
     return names.index(pair[0]), names.index(pair[1])
+
+
+app.command(epilog=_examples(*pca_cli.EXAMPLES))(guarded(pca_cli.pca))
 
 
 def _terminate(signum: int, _frame: Any) -> None:

@@ -1,0 +1,210 @@
+"""`dpsynth pca`: the command around `pca.run_pca` (registered on the app by `cli`).
+
+It reads with the same strict reader as `synth`, chooses columns the same way (declared, never
+from values), maps them to [0,1]^d with *declared* bounds only (pca spends no budget on bounds:
+every column needs --bounds or a schema), and writes the released components as a small table
+(CSV or Parquet) plus the JSON report. Nothing per row leaves the run.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Any
+
+import numpy as np
+import pyarrow as pa
+import typer
+
+from dpsynth_cli import __version__, io, report
+from dpsynth_cli import options as opt
+from dpsynth_cli.console import Feedback
+from dpsynth_cli.domain import (
+    ColumnSpec,
+    Domain,
+    load_schema,
+    parse_bounds_flag,
+    requested_columns,
+    resolve_columns,
+    value_matrix,
+)
+from dpsynth_cli.errors import UsageError
+from dpsynth_cli.pca import METHODS, components_in_columns, run_pca, validate
+from dpsynth_cli.privacy.noise import RandomSource
+
+Components = Annotated[
+    int,
+    typer.Option(
+        "-k",
+        "--components",
+        metavar="K",
+        help="Number of principal directions to release, e.g. -k 3 (1 <= K <= columns).",
+    ),
+]
+Method = Annotated[
+    str,
+    typer.Option(
+        "--method",
+        metavar="|".join(METHODS),
+        show_default=True,
+        help="The DP PCA algorithm, e.g. --method dp-gauss-1. auto: laplace-cov when --delta is "
+        "0 (pure eps-DP), else the best measured Gaussian method; the report says which and why.",
+    ),
+]
+Delta = Annotated[
+    float,
+    typer.Option(
+        "--delta",
+        metavar="DELTA",
+        show_default=True,
+        help="The delta of an (eps, delta) guarantee, e.g. --delta 1e-6 (Gaussian methods need "
+        "0 < delta < 1; 0 means pure eps-DP and the Laplace covariance).",
+    ),
+]
+PcaOutput = Annotated[
+    str,
+    typer.Option(
+        "--output",
+        "-o",
+        metavar="PATH",
+        help="Where to write the components table, e.g. -o pcs.csv: one row per component, one "
+        "column per input column (directions in original column units, unit length); '-' (the "
+        "default) writes CSV to stdout.",
+    ),
+]
+
+REPORT_SCHEMA = "dpsynth.pca-report/1"
+EXAMPLES = (
+    "dpsynth pca data.csv --eps 1 --schema schema.json -k 2 -o pcs.csv",
+    "dpsynth pca data.parquet --eps 1 --delta 1e-6 -k 3 --bounds a=0:1,b=0:10 --report pca.json",
+)
+
+
+def pca(
+    input: opt.Input,
+    eps: opt.Eps,
+    k: Components = 2,
+    delta: Delta = 0.0,
+    method: Method = "auto",
+    output: PcaOutput = "-",
+    input_format: opt.InputFormat = None,
+    output_format: opt.OutputFormat = None,
+    columns: opt.Columns = None,
+    no_header: opt.NoHeader = False,
+    bounds: opt.Bounds = None,
+    schema: opt.Schema = None,
+    neighboring: opt.Neighboring = "add-remove",
+    seed: opt.Seed = None,
+    report_path: opt.Report = None,
+    quiet: opt.Quiet = False,
+) -> None:
+    """Release the top-K principal directions of INPUT's numeric columns with a DP guarantee.
+
+    Pure eps-DP with --delta 0 (the default: the Laplace covariance of dissertation Algorithm
+    6, re-derived with exact noise); (eps, delta)-DP with a Gaussian method and 0 < --delta < 1
+    (composed through zCDP, docs/privacy.md). Every column needs public bounds (--bounds or
+    --schema): pca spends nothing on estimating them. The output is the components only
+    (directions, private eigenvalue and explained-variance estimates): never a per-row
+    projection of the data.
+    """
+    feedback = Feedback(quiet)
+    schema_specs = load_schema(schema) if schema else None
+    declared = {name: (lo, hi) for name, lo, hi in map(parse_bounds_flag, bounds or [])}
+    names, columns_from = requested_columns(columns, schema_specs, list(declared))
+    in_fmt = io.detect_format(input, input_format)
+    out_fmt = io.detect_format(output, output_format)
+    report_file = report_path or (None if output == "-" else output + ".report.json")
+    if seed is not None:
+        feedback.warning(f"--seed given: {report.NOT_FOR_RELEASE}")
+    with feedback.step("reading input"):
+        read = io.open_input(input, in_fmt, names, header=not no_header)
+    with read:
+        choice = resolve_columns(
+            read.schema,
+            names,
+            schema_specs,
+            declared,
+            typed=in_fmt == "parquet",
+            columns_from=columns_from,
+            all_columns=read.all_columns,
+        )
+        specs = choice.specs
+        _check_bounds(specs)
+        validate(k, len(specs), method, eps, delta)  # usage errors before any pass over rows
+        domain = Domain(tuple(specs))
+        with feedback.step("reading rows"):
+            X = _unit_rows(read, specs, domain)
+    source = RandomSource.seeded(seed) if seed is not None else RandomSource.secure()
+    with feedback.step("releasing components"):
+        result = run_pca(
+            X, k=k, method=method, epsilon=eps, delta=delta, relation=neighboring, source=source
+        )
+    del X
+    in_columns = components_in_columns(result.components, domain)
+    public = {
+        "schema": REPORT_SCHEMA,
+        "tool": {"name": "dpsynth", "version": __version__},
+        "command": ["dpsynth", *sys.argv[1:]],
+        "seeded": seed is not None,
+        "release": report.NOT_FOR_RELEASE if seed is not None else "ok",
+        "neighbouring_relation": neighboring,
+        "domain": {c.name: c.to_json() for c in specs},
+        "domain_source": choice.to_json(),
+        **result.to_json(),
+        "components_in_columns": in_columns.tolist(),
+        "columns": [s.name for s in specs],
+        "output": {"path": output, "format": out_fmt, "rows": k},
+    }
+    io.write_outputs(
+        _components_table(result, in_columns, specs),
+        output,
+        out_fmt,
+        input_path=input,
+        extra={report_file: report.dumps(public)} if report_file else None,
+    )
+    if report_file is None:
+        feedback.notice("no report written (the output went to stdout): add --report FILE")
+    _summary(feedback, public, output, report_file)
+
+
+def _check_bounds(specs: list[ColumnSpec]) -> None:
+    missing = [s.name for s in specs if not s.has_bounds]
+    if missing:
+        raise UsageError(
+            f"pca needs public bounds for every column; none declared for {', '.join(missing)}: "
+            "give --bounds NAME=LOWER:UPPER or a --schema"
+        )
+
+
+def _unit_rows(read: io.InputSource, specs: list[ColumnSpec], domain: Domain) -> np.ndarray:
+    """The complete rows in [0,1]^d (the declared bounds clamp values outside them)."""
+    parts = [domain.to_unit(value_matrix(b, specs).reshape(-1, len(specs))) for b in read.batches()]
+    return np.concatenate(parts) if parts else np.empty((0, len(specs)))
+
+
+def _components_table(result: Any, in_columns: np.ndarray, specs: list[ColumnSpec]) -> pa.Table:
+    """One row per component: its rank, the private eigenvalue (unit cube) and explained-
+    variance estimates, then its direction in original column units."""
+    k = in_columns.shape[0]
+    ev = result.explained_variance
+    data: dict[str, Any] = {
+        "component": pa.array(np.arange(1, k + 1), pa.int64()),
+        "eigenvalue_unit_cube": pa.array(result.eigenvalues, pa.float64()),
+        "explained_variance": pa.array(
+            [None] * k if ev is None else np.asarray(ev, dtype=np.float64), pa.float64()
+        ),
+    }
+    for j, s in enumerate(specs):
+        data[s.name] = pa.array(in_columns[:, j], pa.float64())
+    return pa.table(data)
+
+
+def _summary(feedback: Feedback, public: dict, output: str, report_file: str | None) -> None:
+    """One line on a terminal (nothing in pipes and cron jobs)."""
+    if not feedback.interactive:
+        return
+    ledger = public["privacy"]
+    feedback.console.print(
+        f"dpsynth pca: {public['k']} components by {public['method']}, epsilon "
+        f"{ledger['total_epsilon']:.6g}, delta {ledger.get('total_delta', 0.0):.3g}; output "
+        f"{'stdout' if output == '-' else output}; report {report_file or '(not written)'}"
+    )
