@@ -142,7 +142,9 @@ def main() -> None:
             flush=True,
         )
         for f in (dst, Path(str(dst) + ".report.json"), out / f"copy.{fmt}"):
-            if f.exists():
+            if f.is_dir():  # --engine dask writes a directory of part files
+                shutil.rmtree(f)
+            elif f.exists():
                 os.remove(f)
 
 

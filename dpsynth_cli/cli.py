@@ -26,7 +26,9 @@ from dpsynth_cli.domain import (
     requested_columns,
     resolve_columns,
 )
+from dpsynth_cli.engine import dask as dask_engine
 from dpsynth_cli.errors import DpsynthError, UsageError
+from dpsynth_cli.mechanisms.base import BatchPlan
 from dpsynth_cli.privacy.noise import RandomSource
 from dpsynth_cli.synth import PLAN_RULES, SynthOptions, SynthResult, plan_budget, synthesize
 
@@ -165,7 +167,7 @@ def synth(
 ) -> None:
     """Write DP synthetic data close to INPUT in 1-Wasserstein distance, and a JSON report."""
     feedback = Feedback(quiet)
-    _check_engine(engine, scheduler, input)
+    _check_engine(engine, scheduler, input, output)
     options = SynthOptions(
         eps, bounds_eps, neighboring, mechanism, rows, diagnostics is not None, dim
     )
@@ -174,8 +176,11 @@ def synth(
     integers = parse_names(integer, "--integer")
     names, columns_from = requested_columns(columns, schema_specs, [*declared, *integers])
     in_fmt = io.detect_format(input, input_format)
-    out_fmt = io.detect_format(output, output_format)
-    report_file = report_path or (None if output == "-" else output + ".report.json")
+    if engine == "dask":  # a directory of part files, written by the workers
+        out_fmt = io.part_directory_format(output, output_format)
+    else:
+        out_fmt = io.detect_format(output, output_format)
+    report_file = report_path or (None if output == "-" else output.rstrip("/") + ".report.json")
     if dry_run:
         io.write_text_stdout(report.dumps(_dry_run_plan(options, names, schema_specs, declared)))
         return
@@ -200,43 +205,51 @@ def synth(
             "--columns chooses columns"
         )
     source = RandomSource.seeded(seed) if seed is not None else RandomSource.secure()
-    with feedback.step("synthesising"):
-        if engine == "dask":
-            result = _synthesize_on_dask(
-                read, input, in_fmt, choice.specs, options, source, scheduler
-            )
-        else:
-            data = feedback.passes(read.batches, read.num_rows)
-            result = synthesize(data, choice.specs, options, source)
-    for notice in result.notices:
-        feedback.notice(notice)
-    public = report.build_report(
-        command=["dpsynth", *sys.argv[1:]],
-        seeded=seed is not None,
-        budget=result.budget.to_json(),
-        columns=choice,
-        domain=result.domain,
-        ledger=result.ledger,
-        run=result.run,
-        noisy_rows=result.noisy_rows,
-        signal=result.signal,
-        output_rows=result.output_rows,
-        output={"path": output, "format": out_fmt},
-    )
-    # Parquet carries the mark of a seeded run in the file itself (CSV cannot)
-    mark = {"dpsynth.release": report.NOT_FOR_RELEASE} if seed is not None else None
-    io.write_outputs(
-        (t.replace_schema_metadata(mark) for t in result.batches(read.batch_rows)),
-        output,
-        out_fmt,
-        input_path=input,
-        schema=result.domain.output_schema(mark),
-        extra={
+    with contextlib.ExitStack() as running:  # a Dask cluster lives until its parts are written
+        cluster = running.enter_context(dask_engine.client(scheduler)) if engine == "dask" else None
+        with feedback.step("synthesising"):
+            if cluster is not None:
+                result = _synthesize_on_dask(
+                    cluster, read, input, in_fmt, choice.specs, options, source
+                )
+            else:
+                data = feedback.passes(read.batches, read.num_rows)
+                result = synthesize(data, choice.specs, options, source)
+        for notice in result.notices:
+            feedback.notice(notice)
+        public = report.build_report(
+            command=["dpsynth", *sys.argv[1:]],
+            seeded=seed is not None,
+            budget=result.budget.to_json(),
+            columns=choice,
+            domain=result.domain,
+            ledger=result.ledger,
+            run=result.run,
+            noisy_rows=result.noisy_rows,
+            signal=result.signal,
+            output_rows=result.output_rows,
+            output={"path": output, "format": out_fmt},
+        )
+        # Parquet carries the mark of a seeded run in the file itself (CSV cannot)
+        mark = {"dpsynth.release": report.NOT_FOR_RELEASE} if seed is not None else None
+        extra = {
             p: report.dumps(c)
             for p, c in ((report_file, public), (diagnostics, result.diagnostics))
             if p
-        },
-    )
+        }
+        if cluster is not None:
+            plan = result.plan(read.batch_rows)
+            with feedback.step("writing part files on the cluster"):
+                _write_on_dask(cluster, result, plan, output, out_fmt, input, mark, extra)
+        else:
+            io.write_outputs(
+                (t.replace_schema_metadata(mark) for t in result.batches(read.batch_rows)),
+                output,
+                out_fmt,
+                input_path=input,
+                schema=result.domain.output_schema(mark),
+                extra=extra,
+            )
     if report_file is None:
         feedback.notice(
             "no report written (the output went to stdout): add --report FILE to keep it"
@@ -244,36 +257,53 @@ def synth(
     feedback.summary(public, output, report_file)
 
 
-def _check_engine(engine: str, scheduler: str | None, input: str) -> None:
+def _check_engine(engine: str, scheduler: str | None, input: str, output: str) -> None:
     if engine not in ("local", "dask"):
         raise UsageError("--engine must be local or dask")
     if scheduler and engine != "dask":
         raise UsageError("--scheduler is for --engine dask")
     if engine == "dask" and input == "-":
         raise UsageError("--engine dask reads files its workers can open, not stdin")
+    if engine == "dask":  # before any pass: the output must be a directory it may write
+        io.check_part_directory(output, input)
 
 
 def _synthesize_on_dask(
+    client: Any,
     read: io.InputSource,
     path: str,
     fmt: str,
     specs: list[ColumnSpec],
     options: SynthOptions,
     source: RandomSource,
-    scheduler: str | None,
 ) -> SynthResult:
     """`synthesize` with its passes on Dask: Parquet by files / row groups, CSV as one part."""
-    from dpsynth_cli.engine import dask as dask_engine
-
     columns = [s.name for s in specs]
-    with dask_engine.client(scheduler) as client:
-        parts = (
-            dask_engine.parquet_partitions(path, columns, read.batch_rows)
-            if fmt == "parquet"
-            else [dask_engine.Partition(read.name, read.batches)]
-        )
-        rows = dask_engine.dask_rows(client, parts, specs)
-        return synthesize(None, specs, options, source, rows=rows)
+    parts = (
+        dask_engine.parquet_partitions(path, columns, read.batch_rows)
+        if fmt == "parquet"
+        else [dask_engine.Partition(read.name, read.batches)]
+    )
+    rows = dask_engine.dask_rows(client, parts, specs)
+    return synthesize(None, specs, options, source, rows=rows)
+
+
+def _write_on_dask(
+    client: Any,
+    result: SynthResult,
+    plan: Iterator[BatchPlan],
+    path: str,
+    fmt: str,
+    input_path: str,
+    mark: dict[str, str] | None,
+    extra: dict[str, str],
+) -> None:
+    """The output as a directory of part files, batch i placed and written by a worker from
+    the released plan: the local engine's batches for the same seed and --batch-rows."""
+    schema = result.domain.output_schema(mark)
+    dask_engine.write_output(
+        client, result.tables, plan, path, fmt, schema, input_path=input_path, extra=extra
+    )
 
 
 def _grouped(reasons: dict[str, str]) -> dict[str, list[str]]:

@@ -216,7 +216,12 @@ Engine = Annotated[
         show_default=True,
         help="Where the statistics passes run, e.g. --engine dask: local (streamed on this "
         "machine) or dask (tasks over the input's Parquet files / row groups on a Dask cluster; "
-        "needs the dask extra). The private release always runs here.",
+        "needs the dask extra). The private release always runs here. With dask the workers "
+        "write the output: -o names a directory of part files, e.g. -o synth.parquet makes "
+        "synth.parquet/part-00000.parquet, part-00001.parquet, ... (synth.csv: CSV parts, each "
+        "with a header); a previous part directory there is replaced whole, anything else refused. "
+        "Read in name order, the parts are the local engine's rows for the same --seed and "
+        "--batch-rows. Not stdout; the report goes next to the directory.",
     ),
 ]
 Scheduler = Annotated[

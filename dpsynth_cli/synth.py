@@ -25,7 +25,7 @@ from dpsynth_cli.domain import ColumnSpec, Domain, value_matrix
 from dpsynth_cli.engine.rows import BatchesSource, Rows, as_rows
 from dpsynth_cli.errors import UsageError
 from dpsynth_cli.mechanisms import hierarchy, lowdim, pmm, privtree, psmm, select
-from dpsynth_cli.mechanisms.base import Mechanism, MechanismRun
+from dpsynth_cli.mechanisms.base import BatchPlan, Mechanism, MechanismRun, Place
 from dpsynth_cli.mechanisms.bounds import estimate_bounds, estimated_notice, histograms
 from dpsynth_cli.mechanisms.count import noisy_count
 from dpsynth_cli.privacy.ledger import Ledger, check_epsilon, round_down
@@ -119,6 +119,19 @@ def plan_budget(options: SynthOptions, specs: list[ColumnSpec]) -> BudgetPlan:
     return BudgetPlan(total, bounds, count, rest - count)
 
 
+@dataclass(frozen=True)
+class BatchTables:
+    """Planned batch -> its rows in original units: the release's placement of points in cells
+    (released geometry), then the map back through the public `Domain`. It holds released
+    values and declarations only, never rows, so it is what Dask workers receive."""
+
+    place: Place
+    domain: Domain
+
+    def __call__(self, batch: BatchPlan) -> pa.Table:
+        return self.domain.from_unit(batch.points(self.place))
+
+
 @dataclass
 class SynthResult:
     """The release (synthetic points drawn lazily, in batches), the public report pieces, and
@@ -137,10 +150,20 @@ class SynthResult:
     def output_rows(self) -> int:
         return self.run.output.rows
 
+    def plan(self, batch_rows: int | None = None) -> Iterator[BatchPlan]:
+        """The output batches (cells, counts, own generator), at most `batch_rows` rows each."""
+        return self.run.output.plan(batch_rows)
+
+    @property
+    def tables(self) -> BatchTables:
+        """What turns a planned batch into its table: the same code here and on Dask workers."""
+        return BatchTables(self.run.output.place, self.domain)
+
     def batches(self, batch_rows: int | None = None) -> Iterator[pa.Table]:
         """The synthetic table in original units, at most `batch_rows` rows per piece."""
-        for points in self.run.output.batches(batch_rows):
-            yield self.domain.from_unit(points)
+        tables = self.tables
+        for batch in self.plan(batch_rows):
+            yield tables(batch)
 
     @property
     def table(self) -> pa.Table:

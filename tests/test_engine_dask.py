@@ -1,9 +1,14 @@
 """`--engine dask` (issue 11): on a LocalCluster of 2 worker processes, the statistics of every
-pass equal the local engine's bit for bit, and a seeded synthesis gives the same output."""
+pass equal the local engine's bit for bit, a seeded synthesis gives the same output, and the
+workers write it as a directory of part files that, read in name order, is the local engine's
+output (same seed, same --batch-rows), all or nothing."""
 
 from __future__ import annotations
 
+import json
+import os
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -76,9 +81,13 @@ def test_dask_seeded_output_equals_local(client, dataset, dim):
     assert remote.table.equals(local.table)
 
 
-def test_cli_dask_engine_writes_the_local_output(dataset, tmp_path):
-    """The real CLI on a Parquet directory: --engine dask (its own LocalCluster) and the local
-    engine write byte-identical outputs and reports (up to the command line) for one seed."""
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_cli_dask_engine_writes_the_local_output_as_parts(dataset, tmp_path, fmt):
+    """The real CLI on a Parquet directory, a multi-batch output (about 12,000 rows in batches
+    of at most 2,500): --engine dask (its own LocalCluster) writes one part per batch, and the
+    parts in name order are the local engine's file: CSV byte for byte once each part's header
+    is dropped after the first, Parquet value for value with the same batch sizes (the local
+    file's row groups) and the seeded run's mark. The reports agree up to the output path."""
     from typer.testing import CliRunner
 
     from dpsynth_cli.cli import app
@@ -87,13 +96,220 @@ def test_cli_dask_engine_writes_the_local_output(dataset, tmp_path):
     runner = CliRunner()
     outs = {}
     for engine in ("local", "dask"):
-        out = tmp_path / f"{engine}.csv"
+        out = tmp_path / f"{engine}.{fmt}"
         args = ["synth", str(root), "--input-format", "parquet", "--eps", "1", "--seed", "5"]
         args += ["--bounds", "a=0:10", "--bounds", "b=0:20", "--integer", "b", "-o", str(out)]
         result = runner.invoke(app, [*args, "--engine", engine, "--batch-rows", "2500"])
         assert result.exit_code == 0, result.output
-        outs[engine] = out.read_bytes()
-    assert outs["local"] == outs["dask"]
+        outs[engine] = out
+    local, parts = outs["local"], sorted(outs["dask"].iterdir())
+    assert outs["dask"].is_dir() and [p.name for p in parts] == [
+        f"part-{i:05d}.{fmt}" for i in range(len(parts))
+    ]
+    assert len(parts) >= 5
+    if fmt == "csv":
+        header, *bodies = (p.read_bytes().partition(b"\n") for p in parts)
+        assert all(b[0] == header[0] for b in bodies)
+        assert b"".join([header[0], b"\n", header[2], *(b[2] for b in bodies)]) == (
+            local.read_bytes()
+        )
+    else:
+        whole = pq.read_table(local)
+        assert pq.read_table(outs["dask"]).equals(whole)  # a directory reads in name order
+        groups = pq.ParquetFile(local).metadata
+        sizes = [groups.row_group(i).num_rows for i in range(groups.num_row_groups)]
+        assert [pq.ParquetFile(p).metadata.num_rows for p in parts] == sizes
+        assert all(0 < s <= 2500 for s in sizes)
+        mark = pq.read_schema(parts[-1]).metadata
+        assert mark == pq.read_schema(local).metadata and b"dpsynth.release" in mark
+    reports = [json.loads(Path(f"{outs[e]}.report.json").read_text()) for e in ("local", "dask")]
+    for r in reports:
+        del r["output"]["path"]
+    assert reports[0] == reports[1]
+
+
+@pytest.mark.parametrize("dim", ["full", "1"])
+def test_workers_place_and_map_back_as_the_local_engine(client, dataset, tmp_path, dim):
+    """Library level, on the shared cluster: the workers place each planned batch and map it
+    back (`--dim`'s map and the Domain's, shipped with the plan) with the local engine's code,
+    in any order they finish; the parts are the local batches one for one."""
+    _, table = dataset
+    result = synthesize(table, SPECS, SynthOptions(1.0, dim=dim), RandomSource.seeded(2))
+    local = list(result.batches(1700))
+    assert len(local) > 4
+    out = tmp_path / "synth.parquet"
+    schema = result.domain.output_schema()
+    parts = dask_engine.write_output(
+        client, result.tables, result.plan(1700), str(out), "parquet", schema, input_path=None
+    )
+    assert parts == len(local)
+    for i, want in enumerate(local):
+        assert pq.read_table(out / f"part-{i:05d}.parquet").equals(want)
+    assert sorted(os.listdir(tmp_path)) == ["synth.parquet"]
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "dim"),
+    [("pmm", "full"), ("privtree", "full"), ("hierarchy", "full"), ("psmm", "full"), ("auto", "1")],
+)
+def test_what_workers_receive_holds_no_rows(dataset, mechanism, dim):
+    """The placement and map back shipped to the workers, and a batch plan, pickle (as Dask
+    does) without meeting any rows or anything that could read them: no Rows, no table, no
+    record batch, no input source; only released values, public geometry and seeds."""
+    import io as pyio
+
+    import cloudpickle
+
+    from dpsynth_cli import io as dio
+    from dpsynth_cli.engine.rows import Rows
+
+    forbidden = (Rows, pa.Table, pa.RecordBatch, dio.InputSource)
+
+    class Guard(cloudpickle.CloudPickler):
+        def reducer_override(self, obj):
+            assert not isinstance(obj, forbidden), type(obj)
+            return super().reducer_override(obj)
+
+    _, table = dataset
+    options = SynthOptions(1.0, mechanism=mechanism, dim=dim)
+    result = synthesize(table, SPECS, options, RandomSource.seeded(6))
+    for shipped in (result.tables, next(result.plan(2000))):
+        Guard(pyio.BytesIO()).dump(shipped)
+
+
+def test_batches_are_independent_of_each_other():
+    """Batch i's points depend only on its own plan (cells, counts, generator): placed alone, in
+    reverse order, twice, they are the batches of one sequential pass; a single batch is placed
+    with the released generator itself, as before batches had generators of their own."""
+    rng = np.random.default_rng(8)
+    table = pa.table({"a": rng.uniform(0, 10, 5000), "b": rng.integers(0, 21, 5000)})
+    result = synthesize(table, SPECS, SynthOptions(1.0), RandomSource.seeded(9))
+    output = result.run.output
+    plans = list(output.plan(900))
+    assert len(plans) > 3 and [p.index for p in plans] == list(range(len(plans)))
+    alone = [p.points(output.place) for p in reversed(plans)][::-1]
+    for got, want in zip(alone, output.batches(900), strict=True):
+        assert np.array_equal(got, want)
+    (one,) = output.plan(None)
+    assert np.array_equal(one.cells, np.arange(output.sizes.size))
+    assert one.rng.bit_generator.state == output.rng.bit_generator.state
+
+
+def test_a_failing_worker_leaves_no_partial_output(client, dataset, tmp_path):
+    """One batch's task fails on its worker after others have written their parts: the error
+    reaches the client, the temporary directory goes, and the previous output at the path and
+    its report stay exactly as they were (nothing half-replaced, no new report)."""
+    _, table = dataset
+    result = synthesize(table, SPECS, SynthOptions(1.0), RandomSource.seeded(4))
+    out, report = tmp_path / "synth.parquet", tmp_path / "synth.parquet.report.json"
+    schema = result.domain.output_schema()
+    dask_engine.write_output(
+        client,
+        result.tables,
+        result.plan(3000),
+        str(out),
+        "parquet",
+        schema,
+        input_path=None,
+        extra={str(report): "old report"},
+    )
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    tables = result.tables
+
+    def failing(batch):  # a closure: pickled by value, so it runs as is on the workers
+        if batch.index == 3:
+            raise RuntimeError("worker failed")
+        return tables(batch)
+
+    with pytest.raises(RuntimeError, match="worker failed"):
+        dask_engine.write_output(
+            client,
+            failing,
+            result.plan(1000),
+            str(out),
+            "parquet",
+            schema,
+            input_path=None,
+            extra={str(report): "new report"},
+            window=3,
+        )
+    assert sorted(os.listdir(tmp_path)) == ["synth.parquet", "synth.parquet.report.json"]
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert report.read_text() == "old report"
+
+
+def test_an_interrupted_part_write_leaves_nothing(tmp_path):
+    """Ctrl-C (KeyboardInterrupt) while parts are being written: no directory at the path, no
+    report, no temporary directory."""
+    from dpsynth_cli import io as dio
+
+    out = tmp_path / "synth.csv"
+    table = pa.table({"a": [1.0, 2.0]})
+
+    def fill(tmp: str) -> int:
+        dio.write_part(table, os.path.join(tmp, dio.part_name(0, ".csv")), "csv", table.schema, "p")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        dio.write_part_directory(
+            fill, str(out), "csv", input_path=None, extra={str(tmp_path / "r.json"): "{}"}
+        )
+    assert os.listdir(tmp_path) == []
+
+
+def test_parts_are_checked_cleaned_and_renumbered_to_sort(tmp_path, monkeypatch):
+    """After the workers: a missing part is an error (workers writing where this machine does
+    not see), a dead task's temporary file is dropped, and past 10^PART_DIGITS parts every name
+    gets the wider number, so that the names still sort in row order."""
+    from dpsynth_cli import io as dio
+    from dpsynth_cli.errors import DataError
+
+    monkeypatch.setattr(dio, "PART_DIGITS", 1)
+    table = pa.table({"a": [1.0]})
+
+    def fill(parts: int, skip: int | None = None):
+        def write(tmp: str) -> int:
+            for i in range(parts):
+                if i != skip:
+                    where = os.path.join(tmp, dio.part_name(i, ".csv"))
+                    dio.write_part(table, where, "csv", table.schema, "p")
+            (Path(tmp) / "part-3.csv.77-dead.tmp").write_text("half")
+            return parts
+
+        return write
+
+    out = tmp_path / "synth.csv"
+    with pytest.raises(DataError, match="part-4.csv of .* is not in"):
+        dio.write_part_directory(fill(6, skip=4), str(out), "csv", input_path=None)
+    assert os.listdir(tmp_path) == []
+    assert dio.write_part_directory(fill(12), str(out), "csv", input_path=None) == 12
+    assert sorted(os.listdir(out)) == [f"part-{i:02d}.csv" for i in range(12)]
+
+
+def test_cli_dask_output_must_be_a_directory_it_may_write(tmp_path):
+    """Refused in one line before any input is read or any cluster started: stdout, a file, a
+    directory with other files, a name that says no format; a previous part directory is not."""
+    from typer.testing import CliRunner
+
+    from dpsynth_cli.cli import app
+
+    data = tmp_path / "in.csv"
+    data.write_text("a\n1\n2\n")
+    (tmp_path / "old.csv").write_text("a\n1\n")
+    (tmp_path / "mine.parquet").mkdir()
+    (tmp_path / "mine.parquet" / "notes.txt").write_text("keep")
+    cases = {
+        "-": "not stdout",
+        str(tmp_path / "old.csv"): "is a file",
+        str(tmp_path / "mine.parquet"): "a directory with other files",
+        str(tmp_path / "synth"): "cannot tell the part files' format",
+    }
+    for out, message in cases.items():
+        args = ["synth", str(data), "--eps", "1", "--bounds", "a=0:3", "--engine", "dask"]
+        result = CliRunner().invoke(app, [*args, "-o", out])
+        assert result.exit_code == 2 and message in result.output, (out, result.output)
+        assert len(result.output.strip().splitlines()) == 1
+    assert (tmp_path / "mine.parquet" / "notes.txt").read_text() == "keep"
 
 
 @pytest.mark.parametrize(
@@ -116,3 +332,32 @@ def test_cli_engine_flags_are_checked(tmp_path, flags, message):
     )
     assert result.exit_code == 2 and message in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_stale_part_directories_of_dead_runs_are_removed(tmp_path):
+    """A part directory left by a killed run (its process gone) goes when the output is next
+    written; a live run's is kept."""
+    import subprocess
+    import sys
+
+    from dpsynth_cli import io as dio
+
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        text=True,
+        capture_output=True,
+        check=True,
+    )
+    stale = tmp_path / f".synth.csv.dpsynth-{int(dead.stdout)}-abc.tmp"
+    live = tmp_path / f".synth.csv.dpsynth-{os.getpid()}-def.tmp"
+    for d in (stale, live):
+        d.mkdir()
+        (d / "part-00000.csv").write_text("a\n1\n")
+    table = pa.table({"a": [1.0]})
+
+    def fill(tmp: str) -> int:
+        dio.write_part(table, os.path.join(tmp, dio.part_name(0, ".csv")), "csv", table.schema, "p")
+        return 1
+
+    assert dio.write_part_directory(fill, str(tmp_path / "synth.csv"), "csv", input_path=None) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == [live.name, "synth.csv"]

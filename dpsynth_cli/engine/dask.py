@@ -7,6 +7,14 @@ the statistics, and only they travel to the client. They are exact integers, so 
 the client sees the statistics of the local engine bit for bit, and a seeded run gives the same
 output. Workers never see noise or released values: the release runs on the client.
 
+The output is written by the workers too (`write_output`): the client plans the output batches
+(cells, counts and a generator of its own for each: `Output.plan`), and each batch goes to a
+worker with the release's placement and the map back to original units (`synth.BatchTables`),
+which places its points and writes them as one part file of a directory. What is shipped is
+released values, public geometry and post-processing seeds, never rows; batch i's rows are the
+local engine's batch i for the same seed and `--batch-rows`, so the parts in name order are the
+local engine's output.
+
 `--scheduler ADDRESS` connects to a running cluster (`dask scheduler` / `dask worker`, or any
 deployment of distributed); without it a LocalCluster of `workers` processes runs on this
 machine. Dask is an optional extra: `pip install 'dpsynth-cli[dask]'`.
@@ -15,16 +23,18 @@ machine. Dask is an optional extra: `pip install 'dpsynth-cli[dask]'`.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from dpsynth_cli import io
 from dpsynth_cli.domain import ColumnSpec, value_matrix
 from dpsynth_cli.engine.rows import A, Rows, Transform
 from dpsynth_cli.errors import UsageError
-from dpsynth_cli.io import parquet_files
+from dpsynth_cli.mechanisms.base import BatchPlan
 
 DEFAULT_WORKERS = 2
 
@@ -113,7 +123,7 @@ def parquet_partitions(
     import pyarrow.parquet as pq
 
     if os.path.isdir(path):
-        files = parquet_files(path)
+        files = io.parquet_files(path)
         return [Partition(f, partial(_parquet_part, f, columns, None, batch_rows)) for f in files]
     groups = list(range(pq.ParquetFile(path).num_row_groups))
     step = max(1, -(-len(groups) // parts_per_file))
@@ -124,3 +134,88 @@ def parquet_partitions(
         )
         for lo in range(0, max(len(groups), 1), step)
     ]
+
+
+def write_output(
+    client: Any,
+    tables: Callable[[BatchPlan], Any],
+    plan: Iterable[BatchPlan],
+    path: str,
+    fmt: str,
+    schema: Any,
+    *,
+    input_path: str | None,
+    extra: Mapping[str, str | bytes] | None = None,
+    window: int | None = None,
+) -> int:
+    """Write the output as a directory of part files, part i = batch i of `plan`, each placed
+    and written by a worker (`tables(batch)`: placement and map back), all or nothing with the
+    `extra` files after it (`io.write_part_directory`). Returns the number of parts.
+
+    `plan` is consumed lazily and at most `window` batches (default: twice the workers' threads)
+    are out at once, so the client holds a few batch plans, never the output.
+    """
+    suffix = io.part_suffix(path, fmt)
+
+    def fill(tmp: str) -> int:
+        return _write_parts(client, tables, iter(plan), tmp, path, suffix, fmt, schema, window)
+
+    return io.write_part_directory(fill, path, fmt, input_path=input_path, extra=extra)
+
+
+def _write_parts(
+    client: Any,
+    tables: Callable[[BatchPlan], Any],
+    plan: Iterator[BatchPlan],
+    tmp: str,
+    path: str,
+    suffix: str,
+    fmt: str,
+    schema: Any,
+    window: int | None,
+) -> int:
+    """Submit one task per batch as earlier ones finish; the first failure cancels the rest."""
+    from distributed import as_completed
+
+    window = window or max(2, 2 * sum(client.nthreads().values()))
+    shipped = client.scatter(tables, broadcast=True, hash=False)  # the geometry once per worker
+    parts = 0
+    running: set[Any] = set()
+    done = as_completed()
+
+    def submit(batch: BatchPlan) -> None:
+        nonlocal parts
+        name = io.part_name(batch.index, suffix)
+        where, shown = os.path.join(tmp, name), os.path.join(path, name)
+        future = client.submit(_write_part, shipped, batch, where, fmt, schema, shown, pure=False)
+        running.add(future)
+        done.add(future)
+        parts += 1
+
+    try:
+        for batch in itertools.islice(plan, window):
+            submit(batch)
+        for future in done:
+            running.discard(future)
+            future.result()  # a worker's error is raised here
+            batch = next(plan, None)
+            if batch is not None:
+                submit(batch)
+    except BaseException:
+        client.cancel(list(running))
+        raise
+    finally:
+        client.cancel([shipped])
+    return parts
+
+
+def _write_part(
+    tables: Callable[[BatchPlan], Any],
+    batch: BatchPlan,
+    where: str,
+    fmt: str,
+    schema: Any,
+    name: str,
+) -> int:
+    """On a worker: place one batch, map it back and write it as a part file."""
+    return io.write_part(tables(batch), where, fmt, schema, name)

@@ -27,10 +27,35 @@ Place = Callable[[np.ndarray, np.ndarray, np.random.Generator], np.ndarray]
 
 
 @dataclass(frozen=True)
+class BatchPlan:
+    """One output batch, fixed before any point is placed: which cells, how many points in each,
+    and the batch's own generator. It holds released values and post-processing randomness only,
+    so any process can place it (a Dask worker writes its part file from it) and the points do
+    not depend on which process places which batch, or in what order."""
+
+    index: int
+    cells: np.ndarray
+    counts: np.ndarray
+    rng: np.random.Generator
+
+    def points(self, place: Place) -> np.ndarray:
+        """The batch's points, placed with a copy of its generator (the same points every call:
+        a retried task writes the same part)."""
+        return place(self.cells, self.counts, copy.deepcopy(self.rng))
+
+
+def batch_generator(entropy: list[int], index: int) -> np.random.Generator:
+    """Batch `index`'s generator: child `index` of a SeedSequence, so batches draw independent
+    streams that any process can rebuild from (entropy, index) alone."""
+    seq = np.random.SeedSequence(entropy, spawn_key=(index,))
+    return np.random.Generator(np.random.PCG64(seq))
+
+
+@dataclass(frozen=True)
 class Output:
     """A release made concrete lazily: cell sizes (released values after post-processing) and
-    the placement of points in cells. `batches` draws the points with a copy of the generator as
-    it stood after the release, so it gives the same points every call, and a mechanism's points
+    the placement of points in cells. `plan` fixes the batches with a copy of the generator as
+    it stood after the release, so every call gives the same points, and a mechanism's points
     come out exactly as they did when it placed all of them at once (one batch)."""
 
     sizes: np.ndarray
@@ -42,20 +67,44 @@ class Output:
     def rows(self) -> int:
         return int(self.sizes.sum())
 
-    def batches(self, batch_rows: int | None = None) -> Iterator[np.ndarray]:
-        """The points, at most `batch_rows` per batch (None: all at once), in uniformly random
-        row order across batches (`split_batches`)."""
+    def plan(self, batch_rows: int | None = None) -> Iterator[BatchPlan]:
+        """The batches of at most `batch_rows` points (None: all at once), lazily, in order.
+
+        One batch: every cell, with the released generator's state itself, which keeps the
+        single-batch output what it always was. Several: the `split_batches` groups (a
+        uniformly random row order across batches), batch i with `batch_generator(entropy, i)`
+        for 256 bits of entropy drawn first; placing batch i then needs nothing from the
+        batches before it.
+        """
         rng = copy.deepcopy(self.rng)
         if batch_rows is None or self.rows <= batch_rows:
-            yield self.place(np.arange(self.sizes.size), self.sizes, rng)
+            yield BatchPlan(0, np.arange(self.sizes.size), self.sizes, rng)
             return
-        for cells, counts in split_batches(self.sizes, batch_rows, rng):
-            yield self.place(cells, counts, rng)
+        entropy = [int(w) for w in rng.bit_generator.random_raw(4)]
+        for i, (cells, counts) in enumerate(split_batches(self.sizes, batch_rows, rng)):
+            yield BatchPlan(i, cells, counts, batch_generator(entropy, i))
+
+    def batches(self, batch_rows: int | None = None) -> Iterator[np.ndarray]:
+        """The points of `plan(batch_rows)`, batch by batch, placed here."""
+        for batch in self.plan(batch_rows):
+            yield batch.points(self.place)
 
     def map(self, f: Callable[[np.ndarray], np.ndarray], d: int) -> Output:
         """The same output through the row-wise map f into d columns (e.g. `--dim`'s way back)."""
-        place = self.place
-        return Output(self.sizes, lambda c, s, g: f(place(c, s, g)), self.rng, d)
+        return Output(self.sizes, Mapped(self.place, f), self.rng, d)
+
+
+@dataclass(frozen=True)
+class Mapped:
+    """A placement followed by a row-wise map (picklable when both are: Dask ships it)."""
+
+    place: Place
+    f: Callable[[np.ndarray], np.ndarray]
+
+    def __call__(
+        self, cells: np.ndarray, counts: np.ndarray, rng: np.random.Generator
+    ) -> np.ndarray:
+        return self.f(self.place(cells, counts, rng))
 
 
 def split_batches(
