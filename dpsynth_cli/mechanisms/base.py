@@ -20,7 +20,7 @@ import numpy as np
 
 from dpsynth_cli.engine.rows import Rows
 from dpsynth_cli.privacy.ledger import Ledger
-from dpsynth_cli.privacy.noise import RandomSource
+from dpsynth_cli.privacy.noise import RandomSource, batch_generator
 
 # (cells, their sizes, rng) -> the points of those cells, (sizes.sum(), d), in random row order.
 Place = Callable[[np.ndarray, np.ndarray, np.random.Generator], np.ndarray]
@@ -42,13 +42,6 @@ class BatchPlan:
         """The batch's points, placed with a copy of its generator (the same points every call:
         a retried task writes the same part)."""
         return place(self.cells, self.counts, copy.deepcopy(self.rng))
-
-
-def batch_generator(entropy: list[int], index: int) -> np.random.Generator:
-    """Batch `index`'s generator: child `index` of a SeedSequence, so batches draw independent
-    streams that any process can rebuild from (entropy, index) alone."""
-    seq = np.random.SeedSequence(entropy, spawn_key=(index,))
-    return np.random.Generator(np.random.PCG64(seq))
 
 
 @dataclass(frozen=True)

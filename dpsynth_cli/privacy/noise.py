@@ -599,3 +599,11 @@ def variance_up(x: float | Fraction, rel_bits: int = 40) -> Fraction:
     shift = rel_bits - (exact.numerator.bit_length() - exact.denominator.bit_length())
     num = -(-exact.numerator * (1 << max(shift, 0)) // (exact.denominator << max(-shift, 0)))
     return Fraction(num, 1 << max(shift, 0)) * (1 << max(-shift, 0))
+
+
+def batch_generator(entropy: list[int], index: int) -> np.random.Generator:
+    """Output batch `index`'s generator (post-processing randomness): child `index` of a
+    SeedSequence, so batches draw independent streams that any process (a Dask worker) can
+    rebuild from (entropy, index) alone."""
+    seq = np.random.SeedSequence(entropy, spawn_key=(index,))
+    return np.random.Generator(np.random.PCG64(seq))
