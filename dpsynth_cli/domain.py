@@ -311,8 +311,9 @@ class Domain:
         """Rescale with the public bounds and clamp onto [0,1] (handles +-inf and huge values)."""
         lo, width = self._interval()
         with np.errstate(over="ignore", invalid="ignore"):
-            unit = (values - lo) / width
-        return np.clip(unit, 0.0, 1.0)
+            unit = values - lo
+            unit /= width
+        return np.clip(unit, 0.0, 1.0, out=unit)
 
     def decimals(self) -> dict[str, int]:
         """Decimal places written for each float column: enough to resolve OUTPUT_RESOLUTION of

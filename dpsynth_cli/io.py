@@ -1457,10 +1457,15 @@ def _csv_chunk(piece: Piece, header: bool, name: str) -> pa.Buffer:
 
 def _parquet_chunks(pieces: Iterable[Piece], schema: pa.Schema, name: str) -> Iterator[bytes]:
     """The batches as one Parquet file: small batches are gathered into row groups of up to
-    ROW_GROUP_ROWS rows / ROW_GROUP_BYTES bytes; a table is written as `pq.write_table` does."""
+    ROW_GROUP_ROWS rows / ROW_GROUP_BYTES bytes; a table is written as `pq.write_table` does.
+
+    Dictionary encoding only for columns that are not floating point: synthetic floats are
+    almost all distinct, so pyarrow would build a dictionary per column chunk only to drop it
+    (half the write time of a float table, for files about 5% smaller)."""
     sink = _Collector()
+    dictionary = [f.name for f in schema if not pa.types.is_floating(f.type)]
     try:
-        writer = pq.ParquetWriter(sink, schema)
+        writer = pq.ParquetWriter(sink, schema, use_dictionary=dictionary)
     except pa.ArrowException:
         raise DataError(f"cannot write {name} as Parquet") from None
     group: list[Piece] = []

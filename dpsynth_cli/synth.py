@@ -191,24 +191,34 @@ def value_rows(data: TableData, specs: list[ColumnSpec]) -> Rows:
 @dataclass
 class CountAndBounds:
     """The first pass: the number of complete rows, and the bounds-estimate histograms of the
-    undeclared columns (exact integers; batches add)."""
+    undeclared columns (exact integers; batches add). With `domain` (every bound declared, so
+    the unit cube is known before any pass), also PrivTree's first histogram of the rows in it,
+    which spares PrivTree a pass (`privtree.FirstHistogram`)."""
 
     columns: tuple[int, ...]
+    domain: Domain | None = None
     n: int = 0
     fine: dict[int, np.ndarray] = field(init=False)
+    tree: privtree.FirstHistogram | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.fine = {j: histograms(np.empty(0)) for j in self.columns}
+        if self.domain is not None:
+            self.tree = privtree.FirstHistogram(len(self.domain.columns))
 
     def add(self, X: np.ndarray) -> None:
         self.n += X.shape[0]
         for j in self.columns:
             self.fine[j] += histograms(X[:, j])
+        if self.tree is not None:
+            self.tree.add(self.domain.to_unit(X))
 
     def merge(self, other: CountAndBounds) -> CountAndBounds:
         self.n += other.n
         for j in self.columns:
             self.fine[j] += other.fine[j]
+        if self.tree is not None:
+            self.tree.merge(other.tree)
         return self
 
 
@@ -227,10 +237,15 @@ def synthesize(
     ledger = Ledger(budget.total, options.relation)
     raw = rows if rows is not None else value_rows(data, specs)
     undeclared = tuple(j for j, s in enumerate(specs) if not s.has_bounds)
-    first = raw.collect(partial(CountAndBounds, undeclared))
+    dim = lowdim.parse_dim(options.dim, len(specs))
+    # PrivTree's first histogram rides on the first pass when it may run on these rows.
+    declared = Domain(tuple(specs)) if not undeclared and dim == 0 else None
+    if options.mechanism not in ("auto", "privtree"):
+        declared = None
+    first = raw.collect(partial(CountAndBounds, undeclared, declared))
     specs, notices = _complete_bounds(first.fine, specs, budget, source, ledger)
     domain = Domain(tuple(specs))
-    X = raw.map(domain.to_unit, len(specs))
+    X = replace(raw.map(domain.to_unit, len(specs)), ahead=first.tree)
     n_hat = noisy_count(first.n, budget.count, source.spawn("count"), ledger)
     call = {
         "epsilon": budget.mechanism,
@@ -240,7 +255,6 @@ def synthesize(
         "rng": source.spawn("post-processing").numpy_generator(),
         "rows": options.rows,
     }
-    dim = lowdim.parse_dim(options.dim, len(specs))
     if dim == 0:  # --dim full: the mechanism on all columns
         run = MECHANISMS[options.mechanism](X, source=source.spawn(options.mechanism), **call)
     else:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -47,6 +47,10 @@ class Rows:
     source: BatchSource
     d: int
     transforms: tuple[Transform, ...] = ()
+    # A statistic of exactly these rows that an earlier pass already accumulated (synth's first
+    # pass computes PrivTree's first histogram with the row count: one pass fewer). A mechanism
+    # that recognises it may use it instead of a pass; a map to other rows drops it.
+    ahead: Any = None
 
     def collect(self, make: Callable[[], A]) -> A:
         """One pass over the rows: the statistic `make()` accumulates."""

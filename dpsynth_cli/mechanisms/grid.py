@@ -70,6 +70,6 @@ def placer(units: np.ndarray, d: int, how: str = "linear") -> Place:
             pts = np.repeat(lower[cells] + 0.5 / k, counts, axis=0)
         else:
             pts = placement.place_in_boxes(lower[cells], width[cells], slopes[cells], counts, rng)
-        return placement.uniform_columns(pts[rng.permutation(pts.shape[0])], d, rng)
+        return placement.uniform_columns(placement.shuffled(pts, rng), d, rng)
 
     return place

@@ -97,7 +97,7 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import partial
 from typing import Any
@@ -314,6 +314,27 @@ def biased_counts(counts: np.ndarray, step: int, pt: PrivTreePlan) -> np.ndarray
     return np.maximum(counts - step * pt.bias, clamp_floor(pt))
 
 
+@dataclass
+class FirstHistogram:
+    """The rows per cell at level PASS_BITS of the whole cube: every count NodeCounts' first
+    pass needs (whatever the plan: levels start..min(D, PASS_BITS) of every cell), so synth can
+    accumulate it in its first pass, before the noisy count fixes the plan (`Rows.ahead`)."""
+
+    d: int
+    counts: partition.SubtreeCounts = field(init=False)
+
+    def __post_init__(self) -> None:
+        roots = np.zeros(1, dtype=np.int64)
+        self.counts = partition.SubtreeCounts(roots, 0, PASS_BITS, self.d)
+
+    def add(self, X: np.ndarray) -> None:
+        self.counts.add(X)
+
+    def merge(self, other: FirstHistogram) -> FirstHistogram:
+        self.counts.merge(other.counts)
+        return self
+
+
 class NodeCounts:
     """Exact row counts of the tree's nodes, from as few statistics passes as memory allows.
 
@@ -333,6 +354,10 @@ class NodeCounts:
 
     def __call__(self, cells: np.ndarray, level: int) -> np.ndarray:
         h = self.hist
+        if h is None and isinstance(self.rows.ahead, FirstHistogram) and level <= PASS_BITS:
+            # The first pass asks for every cell at the start level down to level
+            # min(D, PASS_BITS): the whole-cube histogram at PASS_BITS answers the same counts.
+            self.hist = h = self.rows.ahead.counts
         if h is None or level > h.top + h.k:
             room = PASS_BITS - max(int(cells.size - 1).bit_length(), 0)
             k = max(1, min(self.max_depth - level, room)) if level < self.max_depth else 0
@@ -503,7 +528,7 @@ def placer(leaves: np.ndarray, levels: np.ndarray, sizes: np.ndarray, pt: PrivTr
 
     def place(cells: np.ndarray, counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         points = placement.place_in_boxes(lower[cells], width[cells], slopes[cells], counts, rng)
-        return placement.uniform_columns(points[rng.permutation(points.shape[0])], pt.d, rng)
+        return placement.uniform_columns(placement.shuffled(points, rng), pt.d, rng)
 
     return place
 
