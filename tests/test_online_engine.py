@@ -70,6 +70,38 @@ def test_whole_stream_audit_and_mutant():
     results[True].assert_exceeds(1.0)
 
 
+@dataclass(frozen=True)
+class TunedPlan(OnlinePlan):
+    """The default allocation ("tuned": all of eps_{j,r} on the level totals); the mutant removes
+    the level-total noise."""
+
+    mutant: bool = False
+
+    def params(self, j, r):
+        p = super().params(j, r)
+        return replace(p, total_scale=Fraction(1, 1000)) if self.mutant else p
+
+
+def test_whole_stream_audit_tuned_and_mutant():
+    """The default allocation on neighbouring streams: the row at time 20 (level 4, so the level
+    totals released from t = 32 on count it) moved across the square; released counts at t = 34
+    of every region. Declared eps = 1 (replace)."""
+    X = np.full((34, 2), 0.01)
+    X2 = X.copy()
+    X2[19] = 0.99
+    results = {}
+    for mutant, runs in ((False, 3_000), (True, 1_000)):
+        plan = TunedPlan(Fraction(1), 2, "replace", "tuned", mutant=mutant)
+        a = noisy_after(plan, X, runs, src(f"ta{mutant}"))
+        b = noisy_after(plan, X2, runs, src(f"tb{mutant}"))
+        results[mutant] = audit(a, b)
+    print(
+        f"\n[online] tuned audit: {results[False].summary()}\n  mutant: {results[True].summary()}"
+    )
+    results[False].assert_within(1.0)
+    results[True].assert_exceeds(1.0)
+
+
 SPECS = [ColumnSpec("x", "float", 0.0, 1.0), ColumnSpec("y", "float", 0.0, 1.0)]
 
 
