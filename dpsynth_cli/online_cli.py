@@ -8,6 +8,7 @@ and the secret state, and prints notices (and, on a terminal, progress and a one
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Annotated
 
@@ -192,6 +193,8 @@ def online_replay(
     )
     in_fmt = io.detect_format(input, input_format)
     check_dirs(out_dir, state)
+    if os.path.isdir(input) and os.path.isdir(out_dir) and os.path.samefile(input, out_dir):
+        raise UsageError("--out-dir is the input directory: the releases would be read as input")
     if seed is not None:
         feedback.warning(f"--seed given: {report.NOT_FOR_RELEASE}")
     extra = [order_by] if order_by is not None and order_by not in declared.names else []

@@ -263,6 +263,15 @@ def test_bad_flags_are_one_line_usage_errors(runner, tmp_path, flags, says):
     assert not out.exists()
 
 
+def test_releases_never_go_into_the_input_directory(runner, tmp_path):
+    (tmp_path / "parts").mkdir()
+    pq.write_table(pa.table(stream(20)), tmp_path / "parts" / "a.parquet")
+    args = [tmp_path / "parts", "--eps", 1, *BOUNDS, "--input-format", "parquet"]
+    one_line_error(run(runner, *args, "--out-dir", tmp_path / "parts"), 2)
+    assert os.listdir(tmp_path / "parts") == ["a.parquet"]
+    assert run(runner, *args, "--out-dir", tmp_path / "rel").exit_code == 0
+
+
 def test_error_mid_run_leaves_nothing_partial(runner, tmp_path, started, monkeypatch):
     """The third release of a run fails to write: exit 1, one line, none of the run's releases
     published and the state as before (the next run replays those rows)."""
