@@ -224,7 +224,8 @@ def online_replay(
     if feedback.interactive:
         this_run = result.report["checkpoints_this_run"]
         feedback.console.print(
-            f"dpsynth online-replay: {len(this_run)} releases this run "
+            f"dpsynth online-replay: {len(this_run)} release{'' if len(this_run) == 1 else 's'} "
+            "this run "
             f"({', '.join(map(str, this_run)) or 'no checkpoint reached'}) in {out_dir}; "
             f"epsilon {eps:g} for the whole stream; report {result.files[-1]}",
             markup=False,
