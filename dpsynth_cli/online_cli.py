@@ -29,6 +29,15 @@ def _opt(*names: str, metavar: str | None = None, help: str, show_default: bool 
     return typer.Option(*names, metavar=metavar, help=help, show_default=show_default)
 
 
+Eps = Annotated[
+    float,
+    _opt(
+        "--eps",
+        metavar="EPS",
+        help="Privacy budget epsilon of the whole stream: all its releases, in this run and in "
+        "every run that continues --state, e.g. --eps 1.",
+    ),
+]
 OutDir = Annotated[
     str,
     _opt(
@@ -147,7 +156,7 @@ EXAMPLES = (
 
 def online_replay(
     input: opt.Input,
-    eps: opt.Eps,
+    eps: Eps,
     out_dir: OutDir,
     order_by: OrderBy = None,
     checkpoints: Checkpoints = "pow2",
