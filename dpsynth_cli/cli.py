@@ -15,14 +15,14 @@ from typing import Annotated, Any
 
 import typer
 
-from dpsynth_cli import __version__, io, pca_cli, report
+from dpsynth_cli import __version__, io, online_cli, pca_cli, report
 from dpsynth_cli import options as opt
 from dpsynth_cli.console import Feedback, print_evaluation
 from dpsynth_cli.domain import (
     ColumnSpec,
+    declare_columns,
     load_schema,
     parse_bounds_flag,
-    parse_names,
     requested_columns,
     resolve_columns,
 )
@@ -171,10 +171,7 @@ def synth(
     options = SynthOptions(
         eps, bounds_eps, neighboring, mechanism, rows, diagnostics is not None, dim
     )
-    schema_specs = load_schema(schema) if schema else None
-    declared = {name: (lo, hi) for name, lo, hi in map(parse_bounds_flag, bounds or [])}
-    integers = parse_names(integer, "--integer")
-    names, columns_from = requested_columns(columns, schema_specs, [*declared, *integers])
+    declared = declare_columns(columns, schema, bounds, integer)
     in_fmt = io.detect_format(input, input_format)
     if engine == "dask":  # a directory of part files, written by the workers
         out_fmt = io.part_directory_format(output, output_format)
@@ -182,23 +179,18 @@ def synth(
         out_fmt = io.detect_format(output, output_format)
     report_file = report_path or (None if output == "-" else output.rstrip("/") + ".report.json")
     if dry_run:
-        io.write_text_stdout(report.dumps(_dry_run_plan(options, names, schema_specs, declared)))
+        plan = _dry_run_plan(options, declared.names, declared.schema, declared.bounds)
+        io.write_text_stdout(report.dumps(plan))
         return
     if seed is not None:
         feedback.warning(f"--seed given: {report.NOT_FOR_RELEASE}")
     with feedback.step("reading input"):
-        read = io.open_input(input, in_fmt, names, header=not no_header, batch_rows=batch_rows)
-    choice = resolve_columns(
-        read.schema,
-        names,
-        schema_specs,
-        declared,
-        typed=in_fmt == "parquet",
-        integers=integers,
-        columns_from=columns_from,
-        all_columns=read.all_columns,
-    )
-    implicit = columns_from not in ("--columns", "schema")  # nothing to tell who named them all
+        read = io.open_input(
+            input, in_fmt, declared.names, header=not no_header, batch_rows=batch_rows
+        )
+    choice = declared.resolve(read.schema, typed=in_fmt == "parquet", all_columns=read.all_columns)
+    # nothing to tell who named them all
+    implicit = declared.columns_from not in ("--columns", "schema")
     for why, left in _grouped(choice.left_out if implicit else {}).items():
         feedback.notice(
             f"{_plural(len(left), 'column')} left out ({why}): {', '.join(left)}; "
@@ -485,6 +477,7 @@ def _plot_pair(text: str | None, names: list[str]) -> tuple[int, int] | None:
 
 
 app.command(epilog=_examples(*pca_cli.EXAMPLES))(guarded(pca_cli.pca))
+app.command(epilog=_examples(*online_cli.EXAMPLES))(guarded(online_cli.online_replay))
 
 
 def _terminate(signum: int, _frame: Any) -> None:

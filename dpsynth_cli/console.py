@@ -61,6 +61,23 @@ class Feedback:
 
         return counted
 
+    def counter(self, what: str) -> Callable[[int, int], None] | None:
+        """A callback (done, total) for work counted in rows, shown like `passes` in the current
+        step's status line; None in pipes and with --quiet."""
+        if not self.interactive:
+            return None
+        start = time.monotonic()
+
+        def show(done: int, total: int) -> None:
+            rate = done / max(time.monotonic() - start, 1e-9)
+            if self._status is not None:
+                self._status.update(
+                    f"{what}: {done:,} of {total:,} rows, {rate:,.0f} rows/s, "
+                    f"about {max(total - done, 0) / max(rate, 1e-9):,.0f} s left"
+                )
+
+        return show
+
     def notice(self, text: str) -> None:
         if not self.quiet:
             self.console.print(

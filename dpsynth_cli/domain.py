@@ -160,6 +160,43 @@ def requested_columns(
     return None, ""
 
 
+@dataclass(frozen=True)
+class Declared:
+    """What --columns, --schema, --bounds and --integer declare (read before any row)."""
+
+    names: list[str] | None  # None: the file's structure decides
+    columns_from: str
+    schema: dict[str, ColumnSpec] | None
+    bounds: dict[str, tuple[float, float]]
+    integers: list[str]
+
+    def resolve(
+        self, table_schema: pa.Schema, *, typed: bool, all_columns: list[str] | None = None
+    ) -> ColumnChoice:
+        """`resolve_columns` with these declarations."""
+        return resolve_columns(
+            table_schema,
+            self.names,
+            self.schema,
+            self.bounds,
+            typed=typed,
+            integers=self.integers,
+            columns_from=self.columns_from,
+            all_columns=all_columns,
+        )
+
+
+def declare_columns(
+    columns: str | None, schema: str | None, bounds: list[str] | None, integer: str | None = None
+) -> Declared:
+    """The column flags of synth, pca and online-replay, parsed once the same way."""
+    specs = load_schema(schema) if schema else None
+    declared = {name: (lo, hi) for name, lo, hi in map(parse_bounds_flag, bounds or [])}
+    integers = parse_names(integer, "--integer")
+    names, columns_from = requested_columns(columns, specs, [*declared, *integers])
+    return Declared(names, columns_from, specs, declared, integers)
+
+
 def parse_names(text: str | None, flag: str) -> list[str]:
     """A comma-separated list of column names from a flag; a name given twice is an error."""
     names = [c.strip() for c in (text or "").split(",") if c.strip()]

@@ -21,10 +21,7 @@ from dpsynth_cli.console import Feedback
 from dpsynth_cli.domain import (
     ColumnSpec,
     Domain,
-    load_schema,
-    parse_bounds_flag,
-    requested_columns,
-    resolve_columns,
+    declare_columns,
     value_matrix,
 )
 from dpsynth_cli.errors import UsageError
@@ -107,26 +104,17 @@ def pca(
     projection of the data.
     """
     feedback = Feedback(quiet)
-    schema_specs = load_schema(schema) if schema else None
-    declared = {name: (lo, hi) for name, lo, hi in map(parse_bounds_flag, bounds or [])}
-    names, columns_from = requested_columns(columns, schema_specs, list(declared))
+    declared = declare_columns(columns, schema, bounds)
     in_fmt = io.detect_format(input, input_format)
     out_fmt = io.detect_format(output, output_format)
     report_file = report_path or (None if output == "-" else output + ".report.json")
     if seed is not None:
         feedback.warning(f"--seed given: {report.NOT_FOR_RELEASE}")
     with feedback.step("reading input"):
-        read = io.open_input(input, in_fmt, names, header=not no_header)
+        read = io.open_input(input, in_fmt, declared.names, header=not no_header)
     with read:
-        choice = resolve_columns(
-            read.schema,
-            names,
-            schema_specs,
-            declared,
-            typed=in_fmt == "parquet",
-            columns_from=columns_from,
-            all_columns=read.all_columns,
-        )
+        typed = in_fmt == "parquet"
+        choice = declared.resolve(read.schema, typed=typed, all_columns=read.all_columns)
         specs = choice.specs
         _check_bounds(specs)
         validate(k, len(specs), method, eps, delta)  # usage errors before any pass over rows

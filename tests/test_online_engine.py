@@ -51,20 +51,40 @@ def noisy_after(plan: OnlinePlan, X: np.ndarray, runs: int, source: RandomSource
     return np.hstack([lv.reshape(runs, -1) for lv in levels])
 
 
-def test_whole_stream_audit_and_mutant():
-    """Neighbouring streams differ in the row at time 33 (moved across the square); released
-    counts at t = 34 of every region. Declared eps = 1 (replace)."""
+@dataclass(frozen=True)
+class TunedPlan(OnlinePlan):
+    """The default allocation ("tuned": all of eps_{j,r} on the level totals); the mutant removes
+    the level-total noise."""
+
+    mutant: bool = False
+
+    def params(self, j, r):
+        p = super().params(j, r)
+        return replace(p, total_scale=Fraction(1, 1000)) if self.mutant else p
+
+
+@pytest.mark.parametrize(
+    "plan_class, allocation, moved, mutant_runs, label",
+    [(LowThresholdPlan, "literal", 32, 1_500, ""), (TunedPlan, "tuned", 19, 1_000, "t")],
+)
+def test_whole_stream_audit_and_mutant(plan_class, allocation, moved, mutant_runs, label):
+    """Neighbouring streams differ in one row moved across the square; released counts at t = 34
+    of every region. Declared eps = 1 (replace). literal: the row at time 33 (T0 = 1, so that
+    segments close), mutant without threshold noise. tuned (the default): the row at time 20
+    (level 4, whose level totals are released from t = 32 on), mutant without level-total
+    noise."""
     X = np.full((34, 2), 0.01)
     X2 = X.copy()
-    X2[32] = 0.99
+    X2[moved] = 0.99
     results = {}
-    for mutant, runs in ((False, 3_000), (True, 1_500)):
-        plan = LowThresholdPlan(Fraction(1), 2, "replace", "literal", mutant=mutant)
-        a = noisy_after(plan, X, runs, src(f"a{mutant}"))
-        b = noisy_after(plan, X2, runs, src(f"b{mutant}"))
+    for mutant, runs in ((False, 3_000), (True, mutant_runs)):
+        plan = plan_class(Fraction(1), 2, "replace", allocation, mutant=mutant)
+        a = noisy_after(plan, X, runs, src(f"{label}a{mutant}"))
+        b = noisy_after(plan, X2, runs, src(f"{label}b{mutant}"))
         results[mutant] = audit(a, b)
     print(
-        f"\n[online] stream audit: {results[False].summary()}\n  mutant: {results[True].summary()}"
+        f"\n[online] {allocation} stream audit: {results[False].summary()}\n"
+        f"  mutant: {results[True].summary()}"
     )
     results[False].assert_within(1.0)
     results[True].assert_exceeds(1.0)

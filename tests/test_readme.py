@@ -39,6 +39,7 @@ def test_use_block_runs_as_written(tmp_path):
             "age": rng.integers(18, 90, 2000),
             "income": rng.lognormal(10, 0.6, 2000).round(2),
             "city": rng.choice(["Bern", "Basel"], 2000),
+            "day": rng.integers(1, 366, 2000),
         }
     )
     frame.to_csv(tmp_path / "data.csv", index=False)
@@ -61,8 +62,23 @@ def test_use_block_runs_as_written(tmp_path):
         assert (tmp_path / name).exists(), name
     report = json.loads((tmp_path / "wide.synth.parquet.report.json").read_text())
     assert report["mechanism"]["name"] == "lowdim"
-    for name in ("wide.synth.parquet",):
+    for name in ("wide.synth.parquet", "releases/release-000000001024.parquet"):
         assert (tmp_path / name).exists(), name
+
+
+def test_online_replay_section_runs_as_written(tmp_path):
+    """The two runs of the online-replay section (the second continues the state: nothing new)."""
+    rng = np.random.default_rng(1)
+    sales = pd.DataFrame({"day": rng.integers(1, 60, 2500), "amount": rng.gamma(2, 50, 2500)})
+    sales.to_parquet(tmp_path / "sales.parquet")
+    schema = {"columns": {"amount": {"type": "float", "lower": 0, "upper": 1000}}}
+    (tmp_path / "sales.json").write_text(json.dumps(schema))
+    done = run_block(block_after("## Continual release: `online-replay`"), tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = json.loads((tmp_path / "releases" / "online-replay.report.json").read_text())
+    assert [c["rows"] for c in report["checkpoints"]] == [1000, 2000]
+    assert report["checkpoints_this_run"] == []
+    assert oct((tmp_path / "state" / "sales").stat().st_mode & 0o777) == "0o700"
 
 
 def test_penguins_walk_through(tmp_path):

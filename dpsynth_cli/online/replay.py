@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dpsynth_cli import __version__
-from dpsynth_cli.domain import ColumnSpec, Domain, column_values
+from dpsynth_cli.domain import ColumnSpec, Domain, column_values, is_text
 from dpsynth_cli.errors import DataError, PrivacyRefusal, UsageError
 from dpsynth_cli.io import FORMATS, atomic_write_bytes, write_outputs
 from dpsynth_cli.online import state as state_io
@@ -39,6 +39,7 @@ from dpsynth_cli.online.engine import OnlineEngine, apriori_bound
 from dpsynth_cli.online.params import ALLOCATIONS, SPARSE_SHARE, OnlinePlan
 from dpsynth_cli.privacy.ledger import Ledger, Spend, check_epsilon
 from dpsynth_cli.privacy.noise import RandomSource
+from dpsynth_cli.report import NOT_FOR_RELEASE
 from dpsynth_cli.uniformity import weak_guarantee_notice
 
 SCHEMA = "dpsynth.online-report/1"
@@ -135,22 +136,36 @@ def plan_for(options: ReplayOptions, specs: list[ColumnSpec]) -> OnlinePlan:
 
 
 def stream_matrix(table: pa.Table, specs: list[ColumnSpec], order_by: str | None) -> np.ndarray:
-    """The rows in stream order as [0,1]^d (NaN where a value is missing)."""
+    """The rows in stream order as [0,1]^d (NaN where a value is missing).
+
+    Rows are sorted by `order_by` (a stable sort: ties keep the file's order), so a file need
+    not be sorted. The column is the public timeline (PRIVACY_MODEL), so its values may decide
+    things: text (a CSV column) is sorted as numbers when every value is one, else as text (ISO
+    8601 times sort correctly as text); a missing value is an error, since the row has no time.
+    """
     if order_by is not None:
         if order_by not in table.column_names:
             raise UsageError(f"--order-by column '{order_by}' is not in the input")
-        if table.column(order_by).null_count:
+        key = _order_key(table.column(order_by))
+        if key.null_count or (pa.types.is_floating(key.type) and pc.any(pc.is_nan(key)).as_py()):
             raise DataError(
                 f"--order-by column '{order_by}' has missing values: every row needs a time to "
                 "be replayed (the timeline is public); fill or drop them first"
             )
-        table = table.take(pc.sort_indices(table, [(order_by, "ascending")]))
+        table = table.take(pc.sort_indices(key))
     domain = Domain(tuple(specs))
     values = np.empty((table.num_rows, len(specs)))
     for j, s in enumerate(specs):
         values[:, j] = column_values(table.column(s.name))
     unit = domain.to_unit(values)
     return unit
+
+
+def _order_key(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    if not is_text(column.type) or column.null_count:
+        return column
+    numbers = column_values(column)
+    return column if np.isnan(numbers).any() else pa.chunked_array([numbers])
 
 
 def _digest(X: np.ndarray) -> str:
@@ -202,8 +217,8 @@ def replay(
     Returns the report (also written to OUT_DIR/online-replay.report.json) and the files written.
     """
     plan = plan_for(options, specs)
-    if not os.path.isdir(out_dir):
-        raise UsageError(f"--out-dir {out_dir} is not a directory")
+    check_dirs(out_dir, state_dir)
+    out_dir = os.path.abspath(out_dir)  # the state lists pending files: any working directory
     ident = state_io.identity(plan, specs)
     lock = state_io.locked(state_dir) if state_dir else contextlib.nullcontext()
     with lock:
@@ -212,9 +227,23 @@ def replay(
         _finish_pending(meta, out_dir)
         X = stream_matrix(table, specs, options.order_by)
         X = _new_rows(X, engine, meta, options)
+        os.makedirs(out_dir, exist_ok=True)
         return _run(
             engine, meta, X, plan, specs, options, source, out_dir, state_dir, command, progress
         )
+
+
+def check_dirs(out_dir: str, state_dir: str | None) -> None:
+    """OUT_DIR is published and the state is secret: they must not overlap."""
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise UsageError(f"--out-dir {out_dir} is not a directory")
+    if state_dir:
+        out, st = os.path.realpath(out_dir), os.path.realpath(state_dir)
+        if os.path.commonpath([out, st]) in (out, st):
+            raise UsageError(
+                "--state and --out-dir must not contain one another: the state is secret and "
+                "the releases are published"
+            )
 
 
 def _new_rows(X: np.ndarray, engine: OnlineEngine, meta: dict, options: ReplayOptions):
@@ -279,23 +308,35 @@ def _run(engine, meta, X, plan, specs, options, source, out_dir, state_dir, comm
             {"rows": t, "file": name, "depth": max(engine.level, 0), **apriori_bound(plan, t)}
         )
 
-    for lo in range(0, X.shape[0], BATCH_ROWS):
-        engine.feed(X[lo : lo + BATCH_ROWS], stops, on_stop)
-        if progress is not None:
-            progress(min(lo + BATCH_ROWS, X.shape[0]), X.shape[0])
-    history = meta.get("checkpoints", []) + released
+    try:
+        for lo in range(0, X.shape[0], BATCH_ROWS):
+            engine.feed(X[lo : lo + BATCH_ROWS], stops, on_stop)
+            if progress is not None:
+                progress(min(lo + BATCH_ROWS, X.shape[0]), X.shape[0])
+        history = meta.get("checkpoints", []) + released
+        meta.update(
+            {
+                "identity": state_io.identity(plan, specs),
+                "checkpoints": history,
+                "pending": pending,
+                # noise from a --seed run is reproducible: the whole stream stays not for release
+                "seeded": bool(source.seeded or meta.get("seeded")),
+            }
+        )
+        if state_dir:
+            state_io.save(state_dir, engine, meta)  # the commit point
+    except BaseException:  # not committed: nothing of this run may stay (an error, Ctrl-C, TERM)
+        for path in pending:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        raise
     ledger = _ledger(plan)
-    meta.update(
-        {"identity": state_io.identity(plan, specs), "checkpoints": history, "pending": pending}
-    )
-    if state_dir:
-        state_io.save(state_dir, engine, meta)  # the commit point
     files = []
     for path in pending:
         os.replace(path, _final_name(path))
         files.append(_final_name(path))
     report = build_report(
-        plan, specs, ledger, history, released, source, command, state_dir, options
+        plan, specs, ledger, history, released, meta["seeded"], command, state_dir, options
     )
     report_path = os.path.join(out_dir, REPORT_NAME)
     atomic_write_bytes(report_path, json.dumps(report, indent=2) + "\n")
@@ -305,14 +346,14 @@ def _run(engine, meta, X, plan, specs, options, source, out_dir, state_dir, comm
     return ReplayResult(report, files + [report_path], weak_guarantee_notice(options.epsilon))
 
 
-def build_report(plan, specs, ledger, history, released, source, command, state_dir, options):
+def build_report(plan, specs, ledger, history, released, seeded, command, state_dir, options):
     """The public report: flags, the ledger, the checkpoints and their a-priori bounds only."""
     return {
         "schema": SCHEMA,
         "tool": {"name": "dpsynth", "version": __version__},
         "command": command or [],
-        "seeded": bool(source.seeded),
-        "release": "NOT FOR RELEASE: seeded run (reproducible noise)" if source.seeded else "ok",
+        "seeded": seeded,
+        "release": NOT_FOR_RELEASE if seeded else "ok",
         "privacy_model": PRIVACY_MODEL,
         "neighbouring_relation": plan.relation,
         "neighbouring_relation_meaning": RELATION_MEANING[plan.relation],

@@ -1,0 +1,246 @@
+"""`dpsynth online-replay`: the command around `online.replay` (registered on the app by `cli`).
+
+It reads with the same strict reader as `synth` and chooses columns from declarations only
+(`domain.declare_columns`); every column needs declared bounds. The --order-by column is read
+too: it is the public timeline. Then it calls the library, which writes the releases, the report
+and the secret state, and prints notices (and, on a terminal, progress and a one-line summary).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Annotated
+
+import typer
+
+from dpsynth_cli import io, report
+from dpsynth_cli import options as opt
+from dpsynth_cli.console import Feedback
+from dpsynth_cli.domain import declare_columns
+from dpsynth_cli.errors import UsageError
+from dpsynth_cli.online import PRIVACY_MODEL, ReplayOptions, replay
+from dpsynth_cli.online.params import ALLOCATIONS
+from dpsynth_cli.online.replay import REPORT_NAME, check_dirs, plan_for
+from dpsynth_cli.privacy.noise import RandomSource
+
+
+def _opt(*names: str, metavar: str | None = None, help: str, show_default: bool = False):
+    return typer.Option(*names, metavar=metavar, help=help, show_default=show_default)
+
+
+Eps = Annotated[
+    float,
+    _opt(
+        "--eps",
+        metavar="EPS",
+        help="Privacy budget epsilon of the whole stream: all its releases, in this run and in "
+        "every run that continues --state, e.g. --eps 1.",
+    ),
+]
+OutDir = Annotated[
+    str,
+    _opt(
+        "--out-dir",
+        metavar="DIR",
+        help="Directory of the releases, e.g. --out-dir releases/ (created if missing): "
+        "release-<rows, 12 digits>.parquet per checkpoint (names sort in time order) and "
+        f"{REPORT_NAME}. Earlier releases in it are never rewritten.",
+    ),
+]
+OrderBy = Annotated[
+    str | None,
+    _opt(
+        "--order-by",
+        metavar="COL",
+        help="Column that orders the rows into a stream, e.g. --order-by time (stable: ties "
+        "keep the file's order; the file need not be sorted). PUBLIC: it is the timeline. CSV "
+        "text sorts as numbers when every value is one, else as text (ISO 8601 times work). A "
+        "missing value is an error (exit 1). Default: the file's row order.",
+    ),
+]
+Checkpoints = Annotated[
+    str,
+    _opt(
+        "--checkpoints",
+        metavar="pow2|every:N|N,N,...",
+        show_default=True,
+        help="Stream lengths at which a synthetic table of exactly that many rows is released, "
+        "e.g. --checkpoints every:10000 or --checkpoints 1000,5000,20000; pow2: 1, 2, 4, 8, ... "
+        "rows.",
+    ),
+]
+ReleaseFormat = Annotated[
+    str,
+    _opt(
+        "--output-format",
+        metavar="csv|parquet",
+        show_default=True,
+        help="Format of the release files, e.g. --output-format csv.",
+    ),
+]
+State = Annotated[
+    str | None,
+    _opt(
+        "--state",
+        metavar="DIR",
+        help="Keep the whole mechanism state in DIR so that the next run continues the stream "
+        "with its new rows under the same eps, e.g. --state /var/lib/dpsynth/sales (created "
+        "0700). SECRET: it holds exact counts and the noise drawn; never publish or share it, "
+        "and keep it outside --out-dir. A run whose columns, bounds, --eps, --neighboring or "
+        "--allocation differ from the state's, or whose input does not begin with the rows the "
+        "state replayed, is refused (exit 3).",
+    ),
+]
+InputMode = Annotated[
+    str,
+    _opt(
+        "--input-mode",
+        metavar="whole|new",
+        show_default=True,
+        help="With --state: whole (INPUT is the whole growing table; rows already replayed are "
+        "checked and skipped) or new (INPUT holds only the rows since the last run), e.g. "
+        "--input-mode new.",
+    ),
+]
+Neighboring = Annotated[
+    str,
+    _opt(
+        "--neighboring",
+        metavar="replace|add-remove",
+        show_default=True,
+        help="Which streams are neighbours (the protected change), e.g. --neighboring "
+        "add-remove. replace: one row's values changed, the row keeping its time (the "
+        "dissertation's relation; also covers a row present or emptied). add-remove: one time "
+        "slot holds a row in one stream and is empty in the other (half the noise). The "
+        "number of rows is public under both.",
+    ),
+]
+Allocation = Annotated[
+    str,
+    _opt(
+        "--allocation",
+        metavar="|".join(ALLOCATIONS),
+        show_default=True,
+        help="How each region's epsilon of eq. (5.3) is spent, e.g. --allocation literal: "
+        "literal (Algorithm 11 as printed: segment tests, Binary Mechanism, level totals) or "
+        "tuned (all on the level totals; same proof, measured more accurate: "
+        "docs/benchmarks.md).",
+    ),
+]
+ReleaseAtEnd = Annotated[
+    bool,
+    _opt(
+        "--release-at-end",
+        help="Also release after the last row of this run (a calendar release, e.g. daily "
+        "from cron): --release-at-end. Its size reveals the row count, so it needs "
+        "--row-counts-public.",
+    ),
+]
+RowCountsPublic = Annotated[
+    bool,
+    _opt(
+        "--row-counts-public",
+        help="Declare the number of rows at the end of each run public (not protected), e.g. "
+        "--release-at-end --row-counts-public.",
+    ),
+]
+
+EXAMPLES = (
+    "dpsynth online-replay stream.parquet --eps 1 --order-by time --schema s.json "
+    "--out-dir releases/",
+    "dpsynth online-replay sales.csv --eps 1 --order-by day --bounds amount=0:1000 "
+    "--checkpoints every:10000 --state ~/.dpsynth/sales --out-dir releases/ --quiet",
+)
+
+
+def online_replay(
+    input: opt.Input,
+    eps: Eps,
+    out_dir: OutDir,
+    order_by: OrderBy = None,
+    checkpoints: Checkpoints = "pow2",
+    output_format: ReleaseFormat = "parquet",
+    state: State = None,
+    input_mode: InputMode = "whole",
+    neighboring: Neighboring = "replace",
+    allocation: Allocation = "tuned",
+    release_at_end: ReleaseAtEnd = False,
+    row_counts_public: RowCountsPublic = False,
+    input_format: opt.InputFormat = None,
+    columns: opt.Columns = None,
+    no_header: opt.NoHeader = False,
+    bounds: opt.Bounds = None,
+    integer: opt.Integer = None,
+    schema: opt.Schema = None,
+    seed: opt.Seed = None,
+    quiet: opt.Quiet = False,
+) -> None:
+    """Replay INPUT's rows in order as a stream and release DP synthetic data at checkpoints.
+
+    All releases of the stream, in this run and in every later run that continues --state, are
+    together eps-DP (dissertation ch. 5, Algorithms 10-12): publish a growing table's synthetic
+    copy every day without paying eps again. Every column needs declared bounds.
+    """
+    feedback = Feedback(quiet)
+    declared = declare_columns(columns, schema, bounds, integer)
+    if declared.names is None:
+        raise UsageError(
+            "online-replay needs declared columns with bounds: --schema, or --bounds "
+            "COL=LOWER:UPPER for each column"
+        )
+    options = ReplayOptions(
+        eps,
+        order_by=order_by,
+        checkpoints=checkpoints,
+        relation=neighboring,
+        allocation=allocation,
+        output_format=output_format,
+        input_mode=input_mode,
+        release_at_end=release_at_end,
+        row_counts_public=row_counts_public,
+    )
+    in_fmt = io.detect_format(input, input_format)
+    check_dirs(out_dir, state)
+    if os.path.isdir(input) and os.path.isdir(out_dir) and os.path.samefile(input, out_dir):
+        raise UsageError("--out-dir is the input directory: the releases would be read as input")
+    if seed is not None:
+        feedback.warning(f"--seed given: {report.NOT_FOR_RELEASE}")
+    extra = [order_by] if order_by is not None and order_by not in declared.names else []
+    with feedback.step("reading input"):
+        read = io.open_input(input, in_fmt, declared.names + extra, header=not no_header)
+        with read:
+            typed = in_fmt == "parquet"
+            specs = declared.resolve(read.schema, typed=typed, all_columns=read.all_columns).specs
+            plan_for(options, specs)  # usage errors before any row is read
+            table = read.read_all()
+    source = RandomSource.seeded(seed) if seed is not None else RandomSource.secure()
+    with feedback.step("replaying the stream"):
+        result = replay(
+            table,
+            specs,
+            options,
+            source,
+            out_dir=out_dir,
+            state_dir=state,
+            command=["dpsynth", *sys.argv[1:]],
+            progress=feedback.counter("replaying the stream"),
+        )
+    for notice in result.notices:
+        feedback.notice(notice)
+    if seed is None and result.report["seeded"]:
+        feedback.warning(f"the state was started by a --seed run: {report.NOT_FOR_RELEASE}")
+    if feedback.interactive:
+        this_run = result.report["checkpoints_this_run"]
+        feedback.console.print(
+            f"dpsynth online-replay: {len(this_run)} release{'' if len(this_run) == 1 else 's'} "
+            "this run "
+            f"({', '.join(map(str, this_run)) or 'no checkpoint reached'}) in {out_dir}; "
+            f"epsilon {eps:g} for the whole stream; report {result.files[-1]}",
+            markup=False,
+            highlight=False,
+        )
+
+
+# The privacy model is part of the interface: --help shows the text the report carries.
+online_replay.__doc__ = f"{online_replay.__doc__}\n\n    {PRIVACY_MODEL}\n"
