@@ -181,7 +181,9 @@ class SubtreeCounts:
     _cum: np.ndarray | None = field(init=False, default=None)
     _slot: np.ndarray | None = field(init=False, default=None)
 
-    DENSE_FILL = 1 / 8
+    # Dense (8 bytes a cell, at most 2^24 cells a pass) once a batch or the merged keys fill
+    # this share: past it, sorting keys (np.unique) costs more than adding into the array.
+    DENSE_FILL = 1 / 64
     LOOKUP_BITS = 24  # the ancestors' table: 2^24 entries at most (64 MiB of int32)
 
     def __post_init__(self) -> None:
@@ -233,7 +235,7 @@ class SubtreeCounts:
                 self._dense[self._keys] = self._vals
                 self._keys = self._vals = np.zeros(0, dtype=np.int64)
             self._cum = None
-            self._dense += np.bincount(keys, minlength=self.size)
+            np.add.at(self._dense, keys, 1)  # no size-long temporary per batch
             return
         self._add_keys(*np.unique(keys, return_counts=True))
 

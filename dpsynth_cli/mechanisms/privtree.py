@@ -321,7 +321,7 @@ class FirstHistogram:
     accumulate it in its first pass, before the noisy count fixes the plan (`Rows.ahead`)."""
 
     d: int
-    counts: partition.SubtreeCounts = field(init=False)
+    counts: partition.SubtreeCounts | None = field(init=False)
 
     def __post_init__(self) -> None:
         roots = np.zeros(1, dtype=np.int64)
@@ -333,6 +333,13 @@ class FirstHistogram:
     def merge(self, other: FirstHistogram) -> FirstHistogram:
         self.counts.merge(other.counts)
         return self
+
+    def take(self) -> partition.SubtreeCounts:
+        """The histogram, handed over once (its memory goes with the pass that uses it)."""
+        counts, self.counts = self.counts, None
+        if counts is None:
+            raise RuntimeError("FirstHistogram was already used")
+        return counts
 
 
 class NodeCounts:
@@ -357,7 +364,7 @@ class NodeCounts:
         if h is None and isinstance(self.rows.ahead, FirstHistogram) and level <= PASS_BITS:
             # The first pass asks for every cell at the start level down to level
             # min(D, PASS_BITS): the whole-cube histogram at PASS_BITS answers the same counts.
-            self.hist = h = self.rows.ahead.counts
+            self.hist = h = self.rows.ahead.take()
         if h is None or level > h.top + h.k:
             room = PASS_BITS - max(int(cells.size - 1).bit_length(), 0)
             k = max(1, min(self.max_depth - level, room)) if level < self.max_depth else 0
