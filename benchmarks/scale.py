@@ -81,8 +81,11 @@ else:
 """
 
 
-def measure(cmd: list[str]) -> tuple[float, float]:
-    """(wall seconds, peak RSS MiB) of cmd in a fresh process."""
+def measure(cmd: list[str]) -> tuple[float, float, float]:
+    """(wall seconds, peak RSS MiB, CPU seconds: user + system) of cmd in a fresh process.
+
+    CPU seconds are the fairer comparison on a machine shared with other jobs, where the wall
+    time also counts waiting for a core."""
     timer = shutil.which("time") or ("/usr/bin/time" if Path("/usr/bin/time").exists() else None)
     if timer:
         start = time.perf_counter()
@@ -92,14 +95,20 @@ def measure(cmd: list[str]) -> tuple[float, float]:
         wall = time.perf_counter() - start
         if out.returncode:
             raise SystemExit(f"failed: {' '.join(cmd)}\n{out.stderr[-2000:]}")
-        rss = next(
-            int(line.split()[-1]) for line in out.stderr.splitlines() if "Maximum resident" in line
-        )
-        return wall, rss / 1024
+        field = {
+            key.strip(): value.strip()
+            for key, _, value in (line.partition(": ") for line in out.stderr.splitlines())
+        }
+        rss = int(field["Maximum resident set size (kbytes)"])
+        cpu = float(field["User time (seconds)"]) + float(field["System time (seconds)"])
+        return wall, rss / 1024, cpu
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True)
     wall = time.perf_counter() - start
-    return wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return wall, after.ru_maxrss / 1024, cpu
 
 
 def main() -> None:
@@ -121,24 +130,31 @@ def main() -> None:
         "csv-2": (int(args.csv_rows), 2, "csv"),
         "parquet-30": (int(args.wide_rows), 30, "parquet"),
     }
-    print("| cell | rows x cols | command | wall s | peak RSS MiB | baseline s | ratio |")
-    print("|---|---|---|---:|---:|---:|---:|")
+    print(
+        "| cell | rows x cols | command | wall s | CPU s | peak RSS MiB | baseline wall s / CPU s "
+        "(RSS MiB) | ratio wall / CPU | load average |"
+    )
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
     for cell in cells:
         n, d, fmt = rows["parquet-2" if cell == "dask" else cell]
         src = out / f"scale_{n}x{d}.{fmt}"
         generate(src, n, d, fmt)
         dst = out / f"synth_{cell}.{fmt}"
-        base, base_rss = measure([py, "-c", BASELINE, str(src), str(out / f"copy.{fmt}"), fmt])
+        base, base_rss, base_cpu = measure(
+            [py, "-c", BASELINE, str(src), str(out / f"copy.{fmt}"), fmt]
+        )
         flags = bounds2 if d == 2 else ["--eps", "1", "--quiet", "--dim", "auto"]
         flags = flags + [f"--bounds=c{j}=0:100" for j in range(2, d)] * (d > 2)
         if d > 2:
             flags += ["--bounds=c0=0:100", "--bounds=c1=0:100"]
         engine = ["--engine", "dask"] if cell == "dask" else []
-        wall, rss = measure([*dpsynth, "synth", str(src), "-o", str(dst), *flags, *engine])
+        wall, rss, cpu = measure([*dpsynth, "synth", str(src), "-o", str(dst), *flags, *engine])
+        load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
         print(
             f"| {cell} | {n:,} x {d} | synth {'--dim auto ' if d > 2 else ''}"
-            f"{' '.join(engine)} | {wall:.1f} | {rss:.0f} | {base:.1f} "
-            f"(RSS {base_rss:.0f}) | {wall / base:.2f} |",
+            f"{' '.join(engine)} | {wall:.1f} | {cpu:.1f} | {rss:.0f} | {base:.1f} / "
+            f"{base_cpu:.1f} ({base_rss:.0f}) | {wall / base:.2f} / {cpu / base_cpu:.2f} | "
+            f"{load} |",
             flush=True,
         )
         for f in (dst, Path(str(dst) + ".report.json"), out / f"copy.{fmt}"):
