@@ -22,7 +22,7 @@ from dpsynth_cli.domain import ColumnSpec, Domain, column_values
 from dpsynth_cli.errors import DataError, UsageError
 from dpsynth_cli.evaluate.stats import TableStats, default_sample_rows
 from dpsynth_cli.evaluate.w1 import bracket_summary, w1_1d, w1_summary
-from dpsynth_cli.evaluate.w1_binned import binned_quantiles, default_bins, w1_1d_bracket
+from dpsynth_cli.evaluate.w1_binned import binned_quantiles, default_max_bins, w1_1d_bracket
 from dpsynth_cli.evaluate.w1_cells import DyadicCells
 from dpsynth_cli.privacy.noise import analysis_generator
 from dpsynth_cli.synth import TableData, value_rows
@@ -37,7 +37,7 @@ STREAMED_NOTE = (
     "one pass of mergeable statistics, the subsample estimate from uniform samples of "
     "sample_rows rows; per-column w1 is the midpoint of its certified w1_bounds, quantiles are "
     "exact at a histogram bin's smallest or largest value and otherwise within one bin "
-    "((upper - lower) / histogram_bins) of the exact ones"
+    "((upper - lower) / 2**depth, histogram_depths) of the exact ones"
 )
 
 
@@ -158,7 +158,7 @@ class Limits:
 
     sample_rows: int | None = None
     max_cells: int | None = None
-    bins: int | None = None
+    max_bins: int | None = None
 
 
 @dataclass(frozen=True)
@@ -192,10 +192,13 @@ def evaluate(
     rng = analysis_generator(seed)
     keys = rng.spawn(1)[0]  # the samples' own stream: rng's draws stay those of before
     size = limits.sample_rows or default_sample_rows(d, 2 * SUBSAMPLE_SIZE)
-    bins = limits.bins or default_bins(2 * d)
+    columns = d + sum(s.kind == "integer" for s in specs)  # histograms: see TableStats
+    max_bins = limits.max_bins or default_max_bins(columns)
     cells = DyadicCells(d, limits.max_cells)
     stats = [
-        value_rows(data, specs).collect(partial(TableStats, specs, side, cells, keys, size, bins))
+        value_rows(data, specs).collect(
+            partial(TableStats, specs, side, cells, keys, size, max_bins)
+        )
         for side, data in enumerate((real, synth))
     ]
     for name, table in zip(("real", "synthetic"), stats, strict=True):
@@ -244,7 +247,9 @@ def _from_statistics(
     real, synth = stats
     d = len(specs)
     domain = Domain(tuple(specs))
-    cube = [w1_1d_bracket(real.hist, synth.hist, d + j) for j in range(d)]
+    cube = [
+        tuple(b / scale for b in w1_1d_bracket(real.hist, synth.hist, k)) for k, scale in real.cube
+    ]
     tree, curve = cells.bounds()
     upper = min(tree, curve, cube[0][1]) if d == 1 else min(tree, curve)  # 1-D: |.| is L-inf
     w1 = bracket_summary(
@@ -275,7 +280,14 @@ def _from_statistics(
         "streamed": {
             "note": STREAMED_NOTE,
             "sample_rows": real.sample.size,
-            "histogram_bins": real.hist.bins,
+            "histogram_max_bins": real.hist.max_bins,
+            "histogram_depths": {
+                spec.name: {
+                    "real": real.hist.columns[j].depth,
+                    "synthetic": synth.hist.columns[j].depth,
+                }
+                for j, spec in enumerate(specs)
+            },
             "partition": {
                 "depth": cells.depth,
                 "occupied_cells": cells.size,

@@ -106,12 +106,15 @@ class Reservoir:
 
 
 class TableStats:
-    """One table's statistics for `evaluate`, fed batches of rows in original units.
+    """One table's statistics for `evaluate`, fed batches of rows in original units, in order
+    (the sample's keys are drawn row after row).
 
-    Per column: histograms of the values clamped onto the column's bounds (per-column figures)
-    and of the unit-cube coordinate (W1 lower bound), the clamped values' moments; all columns:
-    the raw values' moments (correlation), a uniform sample, and the points in `cells` as
-    `side` (0: real, 1: synthetic).
+    Per column: a histogram of the values clamped onto the column's bounds (per-column figures,
+    and the W1 lower bound), the clamped values' moments; all columns: the raw values' moments
+    (correlation), a uniform sample, and the unit-cube points in `cells` as `side` (0: real,
+    1: synthetic). A float column's cube coordinate is (clamped - lower) / (upper - lower), bit
+    for bit the histogram's bin coordinate, so its cube histogram is the same one rescaled;
+    integer columns (padded by 1/2 on the cube) get their own (`cube`).
     """
 
     def __init__(
@@ -121,14 +124,19 @@ class TableStats:
         cells: DyadicCells,
         rng: np.random.Generator,
         sample_rows: int,
-        bins: int,
+        max_bins: int,
     ) -> None:
         d = len(specs)
         self.domain = Domain(tuple(specs))
         self.lower = np.array([s.lower for s in specs], dtype=np.float64)
         self.upper = np.array([s.upper for s in specs], dtype=np.float64)
+        self.padded = [j for j, s in enumerate(specs) if s.kind == "integer"]
+        # cube[j] = (histogram column, units of that column per unit of the cube coordinate)
+        self.cube = [(j, float(self.upper[j] - self.lower[j])) for j in range(d)]
+        for k, j in enumerate(self.padded):
+            self.cube[j] = (d + k, 1.0)
         self.side, self.cells, self.n = side, cells, 0
-        self.hist = Histograms(2 * d, bins)  # columns 0..d-1: clamped values; d..2d-1: cube
+        self.hist = Histograms(d + len(self.padded), max_bins)
         self.clamped = Moments(d)
         self.raw = Moments(d)
         self.sample = Reservoir(sample_rows, d, rng)
@@ -138,7 +146,8 @@ class TableStats:
         clamped = np.clip(X, self.lower, self.upper)
         unit = self.domain.to_unit(X)
         coord = (clamped - self.lower) / (self.upper - self.lower)
-        self.hist.add(np.hstack((coord, unit)), np.hstack((clamped, unit)))
+        padded = unit[:, self.padded]
+        self.hist.add(np.hstack((coord, padded)), np.hstack((clamped, padded)))
         self.clamped.add(clamped)
         self.raw.add(X)
         self.sample.add(X)

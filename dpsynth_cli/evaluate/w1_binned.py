@@ -1,8 +1,9 @@
 """1-D W1 and quantiles from mergeable histograms: columns of tables read in batches.
 
-The exact 1-D W1 (`w1_1d`) sorts all the values. Streamed, each column keeps instead B equal
-bins of a [0, 1] coordinate with, per bin, the number of values and the smallest and largest
-value (`Histograms`): sums, minima and maxima, so batches add and merge in any order.
+The exact 1-D W1 (`w1_1d`) sorts all the values. Streamed, each column keeps instead the
+occupied bins of a fine dyadic grid of a [0, 1] coordinate with, per bin, the number of values
+and the smallest and largest value (`Histograms`): sums, minima and maxima, so batches add and
+merge in any order.
 
 A certified bracket, not an estimate (chosen so that the W1 lower bound stays a bound). W1 is
 the integral of |F - G| (F, G the two CDFs, F(t) = share of values <= t). The values of a bin
@@ -13,7 +14,7 @@ the value b_k is not: C_k + 1 <= n F(t) <= C_k + c_k - 1 (exact when c_k <= 2). 
 between consecutive breakpoints (all a_k, b_k of both columns) F and G thus lie in known
 intervals, and |F - G| is at least the gap between the intervals and at most their farthest
 ends; integrating gives lower <= W1 <= upper. The bracket is exact when every bin holds at most
-two values or a single distinct value (integer columns with fewer than B values), and always
+two values or a single distinct value (e.g. columns with few distinct values), and always
 upper - lower <= sum over bins of (b_k - a_k)(p_k + q_k) <= 2 max_k (b_k - a_k) (p, q the
 bins' shares of the two columns), about twice a bin's width.
 """
@@ -22,53 +23,46 @@ from __future__ import annotations
 
 import numpy as np
 
-# Default bins: 2**16 per column, fewer when a side's histograms would pass HIST_BYTES (24
-# bytes a bin: count, minimum, maximum).
-MAX_BINS = 1 << 16
+from dpsynth_cli.evaluate.w1_cells import DyadicCells
+
+# Default cap on the occupied bins of one column: 2**20, fewer when a table's histograms would
+# pass HIST_BYTES (32 bytes a bin: code, count, minimum, maximum).
+MAX_BINS = 1 << 20
 MIN_BINS = 1 << 8
 HIST_BYTES = 64 << 20
 
 
-def default_bins(columns: int) -> int:
-    """Bins per column for `columns` histogram columns: a power of two (see HIST_BYTES)."""
-    fit = HIST_BYTES // (24 * max(columns, 1))
-    return max(MIN_BINS, min(MAX_BINS, 1 << max(fit.bit_length() - 1, 0)))
+def default_max_bins(columns: int) -> int:
+    """Occupied bins kept per column for `columns` histogram columns (see HIST_BYTES)."""
+    return max(MIN_BINS, min(MAX_BINS, HIST_BYTES // (32 * max(columns, 1))))
 
 
 class Histograms:
-    """Per column j: counts of values in B equal bins of a coordinate in [0, 1], and the
-    smallest and largest value in each bin. Values may be in any units, but must be
-    non-decreasing in the coordinate (the bins then order them). Mergeable: counts add, minima
-    and maxima combine."""
+    """Per column j: the occupied bins of the dyadic grid of a coordinate in [0, 1], each
+    with its number of values and smallest and largest value. Values may be in any units but
+    must be non-decreasing in the coordinate (the bins then order them). The grid is as fine
+    as `max_bins` occupied bins allow: 2**-52 at first, halved while more bins are occupied
+    (1-D `DyadicCells`: the same cap rule, so the result does not depend on the batches).
+    Mergeable: counts add, minima and maxima combine."""
 
-    def __init__(self, columns: int, bins: int) -> None:
-        self.bins = int(bins)
-        self.counts = np.zeros((columns, self.bins), dtype=np.int64)
-        self.low = np.full((columns, self.bins), np.inf)
-        self.high = np.full((columns, self.bins), -np.inf)
+    def __init__(self, columns: int, max_bins: int) -> None:
+        self.max_bins = int(max_bins)
+        self.columns = [DyadicCells(1, self.max_bins, sides=1) for _ in range(columns)]
 
     def add(self, coords: np.ndarray, values: np.ndarray) -> None:
         """A batch: coords (k, columns) in [0, 1] choose the bins of values (k, columns)."""
-        if coords.shape[0] == 0:
-            return
-        columns, bins = self.counts.shape
-        index = np.minimum(np.floor(coords * bins), bins - 1).astype(np.intp)
-        index += np.arange(columns) * bins  # one flat index over all columns' bins
-        flat, values = index.ravel(), values.ravel()
-        self.counts += np.bincount(flat, minlength=columns * bins).reshape(columns, bins)
-        np.minimum.at(self.low.reshape(-1), flat, values)
-        np.maximum.at(self.high.reshape(-1), flat, values)
+        for j, cells in enumerate(self.columns):
+            cells.add(coords[:, j : j + 1], 0, values[:, j : j + 1])
 
     def merge(self, other: Histograms) -> Histograms:
-        self.counts += other.counts
-        np.minimum(self.low, other.low, out=self.low)
-        np.maximum(self.high, other.high, out=self.high)
+        for mine, theirs in zip(self.columns, other.columns, strict=True):
+            mine.merge(theirs)
         return self
 
     def column(self, j: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Column j's occupied bins in order: (minimum, maximum, count)."""
-        full = self.counts[j] > 0
-        return self.low[j][full], self.high[j][full], self.counts[j][full]
+        cells = self.columns[j]
+        return cells.lo[0], cells.hi[0], cells.counts[:, 0]
 
 
 def w1_1d_bracket(x: Histograms, y: Histograms, j: int) -> tuple[float, float]:

@@ -26,8 +26,8 @@ and any way of splitting the flow among the points realises it: a coupling, so `
 At a depth where cells hold single points it is the point-level curve of `dyadic_bounds`.
 
 Cap rule: a table starts at depth r0 = min(default_depth(d), 63) (one uint64 code) and, when
-more than `max_cells` cells are occupied, drops its deepest level (code >> 1, merging the two
-halves of each parent) until they fit. The number of occupied cells grows with the data and
+more than `max_cells` cells are occupied, drops its deepest levels (code >> s, merging cells
+into their ancestors), as few as make them fit. The number of occupied cells grows with the data and
 with the depth, so the final depth is the deepest r <= r0 at which all the rows occupy at most
 `max_cells` cells: the same for every batch split and merge order, as are the integer counts
 and the boxes (minima, maxima). Coarser leaves only loosen the bound (see `dyadic_bounds`:
@@ -61,33 +61,42 @@ def default_max_cells(d: int) -> int:
 
 class DyadicCells:
     """Per occupied cell of a depth-r dyadic partition of [0, 1]^d: Morton code, the number of
-    points of each side (0: mu, 1: nu) and their bounding box. Mergeable: `add` batches of
-    unit-cube points of either side, `merge` another such table (see the module's cap rule)."""
+    points of each side (0: mu, 1: nu; `sides=1` for one table) and their bounding box.
+    Mergeable: `add` batches of unit-cube points of either side, `merge` another such table
+    (see the module's cap rule)."""
 
-    def __init__(self, d: int, max_cells: int | None = None, depth: int | None = None) -> None:
-        self.d = d
+    def __init__(
+        self, d: int, max_cells: int | None = None, depth: int | None = None, sides: int = 2
+    ) -> None:
+        self.d, self.sides = d, sides
         self.depth = min(default_depth(d), WORD_BITS) if depth is None else int(depth)
         self.max_cells = default_max_cells(d) if max_cells is None else int(max_cells)
         if not 0 <= self.depth <= WORD_BITS or self.max_cells < 1:
             raise ValueError("depth must be in [0, 63] and max_cells at least 1")
         self.codes = np.empty(0, dtype=np.uint64)
-        self.counts = np.empty((0, 2), dtype=np.int64)
+        self.counts = np.empty((0, sides), dtype=np.int64)
         self.lo = np.empty((d, 0))
         self.hi = np.empty((d, 0))
 
-    def add(self, U: np.ndarray, side: int) -> None:
-        """Points U (k, d) of side 0 (mu) or 1 (nu), clamped onto [0, 1]^d."""
+    def add(self, U: np.ndarray, side: int, values: np.ndarray | None = None) -> None:
+        """Points U (k, d) of side 0 (mu) or 1 (nu), clamped onto [0, 1]^d. The boxes bound
+        `values` (k, d) instead of U if given: any values non-decreasing in each coordinate
+        of U (a 1-D histogram of a column in its own units, `w1_binned`)."""
         if U.shape[0] == 0:
             return
         U = np.clip(U, 0.0, 1.0)
         bits = level_bits(self.depth, self.d)
         codes = morton_codes([grid_ints(U[:, c], bits[c]) for c in range(self.d)], bits, self.depth)
-        order = np.argsort(codes, kind="stable")
+        order = np.argsort(codes)
         codes = codes[order]
+        # The union occupies at least the cells the batch does: coarsen to fit the batch first.
+        shift = _shift_to_fit(codes, self.max_cells)
+        self._coarsen(shift)
+        codes >>= np.uint64(shift)
         starts = _run_starts(codes)
-        counts = np.zeros((starts.size, 2), dtype=np.int64)
+        counts = np.zeros((starts.size, self.sides), dtype=np.int64)
         counts[:, side] = np.diff(np.append(starts, codes.size))
-        points = U[order].T
+        points = (U if values is None else values)[order].T
         self._absorb(
             codes[starts],
             counts,
@@ -98,15 +107,14 @@ class DyadicCells:
     def merge(self, other: DyadicCells) -> DyadicCells:
         """Both tables' cells, at the shallower of the two depths."""
         other = other.copy()
-        while self.depth > other.depth:
-            self._coarsen()
-        while other.depth > self.depth:
-            other._coarsen()
+        depth = min(self.depth, other.depth)
+        self._coarsen(self.depth - depth)
+        other._coarsen(other.depth - depth)
         self._absorb(other.codes, other.counts, other.lo, other.hi)
         return self
 
     def copy(self) -> DyadicCells:
-        out = DyadicCells(self.d, self.max_cells, self.depth)
+        out = DyadicCells(self.d, self.max_cells, self.depth, self.sides)
         out.codes, out.counts = self.codes.copy(), self.counts.copy()
         out.lo, out.hi = self.lo.copy(), self.hi.copy()
         return out
@@ -120,16 +128,20 @@ class DyadicCells:
         n, m = (int(v) for v in self.counts.sum(axis=0))
         if n == 0 or m == 0:
             raise ValueError("both sides need at least one point")
+        flow, i, j = count_coupling(self.counts[:, 0], self.counts[:, 1])
+        reach = np.zeros(flow.size)
+        for lo, hi in zip(self.lo, self.hi, strict=True):  # a coordinate at a time: less memory
+            np.maximum(reach, np.maximum(hi[i] - lo[j], hi[j] - lo[i]), out=reach)
+        curve = float(np.dot(flow, reach))
+        del flow, i, j, reach
         a, b = self.counts[:, 0] / n, self.counts[:, 1] / m
         excess = a - b
-        diam = (self.hi - self.lo).max(axis=0) if self.d else np.zeros(self.size)
+        diam = (self.hi - self.lo).max(axis=0)
         total = float(np.dot(diam, a + b - np.abs(excess)))
+        del a, b, diam
         levels = self.depth - _bit_length(self.codes[1:] ^ self.codes[:-1])
         lo, hi = list(self.lo.copy()), list(self.hi.copy())  # merge_up works in place
         total += merge_up(levels, excess, lo, hi, self.depth)
-        flow, i, j = count_coupling(self.counts[:, 0], self.counts[:, 1])
-        reach = np.maximum(self.hi[:, i] - self.lo[:, j], self.hi[:, j] - self.lo[:, i])
-        curve = float(np.dot(flow, reach.max(axis=0))) if self.d else 0.0
         return 0.5 * total, curve
 
     def _absorb(
@@ -152,13 +164,15 @@ class DyadicCells:
         self.counts = np.insert(self.counts, where, counts[new], axis=0)
         self.lo = np.insert(self.lo, where, lo[:, new], axis=1)
         self.hi = np.insert(self.hi, where, hi[:, new], axis=1)
-        while self.size > self.max_cells:
-            self._coarsen()
+        self._coarsen(_shift_to_fit(self.codes, self.max_cells))
 
-    def _coarsen(self) -> None:
-        """Drop the deepest level: each cell joins its sibling (codes stay sorted)."""
-        self.depth -= 1
-        self.codes >>= np.uint64(1)
+    def _coarsen(self, levels: int) -> None:
+        """Drop the deepest `levels` levels: cells merge into their ancestors (codes stay
+        sorted)."""
+        if levels == 0:
+            return
+        self.depth -= levels
+        self.codes >>= np.uint64(levels)
         starts = _run_starts(self.codes)
         self.codes = self.codes[starts]
         self.counts = np.add.reduceat(self.counts, starts, axis=0)
@@ -171,6 +185,16 @@ def _run_starts(sorted_codes: np.ndarray) -> np.ndarray:
     if sorted_codes.size == 0:
         return np.empty(0, dtype=np.intp)
     return np.flatnonzero(np.concatenate(([True], sorted_codes[1:] != sorted_codes[:-1])))
+
+
+def _shift_to_fit(sorted_codes: np.ndarray, cap: int) -> int:
+    """The fewest deepest levels to drop so that at most `cap` distinct codes remain: dropping
+    s levels keeps 1 + #(neighbours whose codes differ above bit s) distinct codes."""
+    if sorted_codes.size <= cap:
+        return 0
+    parts = _bit_length(sorted_codes[1:] ^ sorted_codes[:-1])  # 0 for equal neighbours
+    above = np.cumsum(np.bincount(parts, minlength=65)[::-1])[::-1]  # above[s] = #(parts >= s)
+    return int(np.flatnonzero(1 + above[1:] <= cap)[0])  # 1 + #(parts > s) <= cap
 
 
 def _bit_length(v: np.ndarray) -> np.ndarray:
