@@ -157,7 +157,8 @@ def streamed(real, synth, specs, size, limits):
     return compare.evaluate(batches(real), batches(synth), specs, 1, limits).report
 
 
-def test_streamed_statistics_bracket_the_in_memory_figures():
+def test_streamed_statistics_bracket_the_in_memory_figures(capsys):
+    from dpsynth_cli.console import print_evaluation
     from dpsynth_cli.evaluate import compare
     from dpsynth_cli.evaluate.w1 import w1_exact
 
@@ -189,6 +190,8 @@ def test_streamed_statistics_bracket_the_in_memory_figures():
     assert report["per_column"]["y"]["quantiles"] == exact["per_column"]["y"]["quantiles"]
     gap = np.array(report["correlation"]["difference"])
     assert gap == pytest.approx(np.array(exact["correlation"]["difference"]), rel=1e-12)
+    print_evaluation(report)
+    assert "from streamed statistics" in capsys.readouterr().out
 
 
 def same_up_to_rounding(a, b):

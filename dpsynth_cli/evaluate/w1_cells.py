@@ -181,7 +181,7 @@ class DyadicCells:
 
 
 def _run_starts(sorted_codes: np.ndarray) -> np.ndarray:
-    """Index of the first element of each run of equal values (non-empty input)."""
+    """Index of the first element of each run of equal values."""
     if sorted_codes.size == 0:
         return np.empty(0, dtype=np.intp)
     return np.flatnonzero(np.concatenate(([True], sorted_codes[1:] != sorted_codes[:-1])))
