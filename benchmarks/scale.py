@@ -9,7 +9,9 @@ Cells (targets from the issue):
   time <= 2 x the baseline;
 * ``csv-2``: the same for a 10^7-row CSV (CSV to CSV);
 * ``parquet-30``: 10^7 x 30 Parquet with ``--dim auto``: bounded memory;
-* ``dask``: the 10^8-row file with ``--engine dask`` (LocalCluster, 2 workers) next to local.
+* ``dask``: the 10^8-row file with ``--engine dask`` (LocalCluster, 2 workers) next to local;
+* ``evaluate``: ``dpsynth evaluate`` of a 10^7 x 2 Parquet file against its synthetic table
+  (made first, not timed): memory bounded by a batch and the streamed statistics.
 
 The baseline is what pyarrow alone needs to read the file batch by batch and write a file of the
 same size and format (the same batches back), in a fresh process. Every command runs in a fresh
@@ -114,10 +116,11 @@ def measure(cmd: list[str]) -> tuple[float, float, float]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dir", default=str(ROOT / "benchmarks" / "out" / "scale"))
-    p.add_argument("--cells", default="parquet-2,csv-2,parquet-30,dask")
+    p.add_argument("--cells", default="parquet-2,csv-2,parquet-30,dask,evaluate")
     p.add_argument("--rows", type=float, default=1e8, help="rows of the 2-column Parquet file")
     p.add_argument("--csv-rows", type=float, default=1e7)
     p.add_argument("--wide-rows", type=float, default=1e7)
+    p.add_argument("--eval-rows", type=float, default=1e7)
     args = p.parse_args()
     out = Path(args.dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -129,6 +132,7 @@ def main() -> None:
         "parquet-2": (int(args.rows), 2, "parquet"),
         "csv-2": (int(args.csv_rows), 2, "csv"),
         "parquet-30": (int(args.wide_rows), 30, "parquet"),
+        "evaluate": (int(args.eval_rows), 2, "parquet"),
     }
     print(
         "| cell | rows x cols | command | wall s | CPU s | peak RSS MiB | baseline wall s / CPU s "
@@ -148,11 +152,18 @@ def main() -> None:
         if d > 2:
             flags += ["--bounds=c0=0:100", "--bounds=c1=0:100"]
         engine = ["--engine", "dask"] if cell == "dask" else []
-        wall, rss, cpu = measure([*dpsynth, "synth", str(src), "-o", str(dst), *flags, *engine])
+        synth = [*dpsynth, "synth", str(src), "-o", str(dst), *flags, *engine]
+        if cell == "evaluate":
+            subprocess.run(synth, check=True, cwd=ROOT, capture_output=True)
+            evaluate = [*dpsynth, "evaluate", str(src), str(dst), *bounds2[:4], "-q"]
+            wall, rss, cpu = measure(evaluate)
+            what = "evaluate REAL SYNTH"
+        else:
+            wall, rss, cpu = measure(synth)
+            what = f"synth {'--dim auto ' if d > 2 else ''}{' '.join(engine)}"
         load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
         print(
-            f"| {cell} | {n:,} x {d} | synth {'--dim auto ' if d > 2 else ''}"
-            f"{' '.join(engine)} | {wall:.1f} | {cpu:.1f} | {rss:.0f} | {base:.1f} / "
+            f"| {cell} | {n:,} x {d} | {what} | {wall:.1f} | {cpu:.1f} | {rss:.0f} | {base:.1f} / "
             f"{base_cpu:.1f} ({base_rss:.0f}) | {wall / base:.2f} / {cpu / base_cpu:.2f} | "
             f"{load} |",
             flush=True,

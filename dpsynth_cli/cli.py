@@ -425,6 +425,7 @@ def evaluate(
             help="Seed for the subsample W1 estimate on large tables, e.g. --seed 1.",
         ),
     ] = None,
+    batch_rows: opt.BatchRows = None,
     quiet: opt.Quiet = False,
 ) -> None:
     """Compare REAL and SYNTHETIC: W1 and per-column utility. NOT private: do not release."""
@@ -439,30 +440,40 @@ def evaluate(
     else:
         schema_specs = load_schema(schema) if schema else None
         names, _ = requested_columns(columns, schema_specs, list(declared))
-    with feedback.step("reading tables"):
-        real_fmt = io.detect_format(real, None)
-        real_table = io.read_table(real, real_fmt, names)
-        if not from_report:
-            typed = real_fmt == "parquet"
-            if names is None and not typed:  # evaluate is not private: it may read the values
-                names = compare.columns_with_numbers(real_table)
-            choice = resolve_columns(real_table.schema, names, schema_specs, declared, typed=typed)
-            names = [s.name for s in choice.specs]
-        # the synthetic table must have every compared column (a one-line error otherwise)
-        tables = [real_table, io.read_table(synthetic, io.detect_format(synthetic, None), names)]
-    if not from_report:
-        specs = compare.fill_bounds_from_data(choice.specs, *tables)
-    with feedback.step("computing W1"):
-        result = compare.evaluate(tables[0], tables[1], specs, seed)
+    with contextlib.ExitStack() as inputs:
+        with feedback.step("opening tables"):
+            real_fmt = io.detect_format(real, None)
+            real_in = inputs.enter_context(
+                io.open_input(real, real_fmt, names, batch_rows=batch_rows)
+            )
+            real_data = feedback.passes(real_in.batches, real_in.num_rows)
+            if not from_report:
+                typed = real_fmt == "parquet"
+                if names is None and not typed:  # evaluate is not private: it may read values
+                    names = compare.columns_with_numbers(real_data)
+                choice = resolve_columns(real_in.schema, names, schema_specs, declared, typed=typed)
+                names = [s.name for s in choice.specs]
+            # the synthetic table must have every compared column (a one-line error otherwise)
+            synth_fmt = io.detect_format(synthetic, None)
+            synth_in = inputs.enter_context(
+                io.open_input(synthetic, synth_fmt, names, batch_rows=batch_rows)
+            )
+            synth_data = feedback.passes(synth_in.batches, synth_in.num_rows)
+        with feedback.step("reading both tables: W1 and per-column figures"):
+            if not from_report:
+                specs = compare.fill_bounds_from_data(choice.specs, real_data, synth_data)
+            result = compare.evaluate(real_data, synth_data, specs, seed)
     if plot:
         pair = _plot_pair(plot_columns, names)
-        plot_comparison(plot, tables[0], tables[1], specs, pair, seed)
+        plot_comparison(
+            plot, result.real, result.synthetic, specs, pair, seed, sampled=result.sampled
+        )
     if report_path:
-        io.atomic_write_bytes(report_path, report.dumps(result))
+        io.atomic_write_bytes(report_path, report.dumps(result.report))
     if json_out:
-        io.write_text_stdout(report.dumps(result))
+        io.write_text_stdout(report.dumps(result.report))
     else:
-        print_evaluation(result)
+        print_evaluation(result.report)
 
 
 def _plot_pair(text: str | None, names: list[str]) -> tuple[int, int] | None:

@@ -136,6 +136,11 @@ def print_evaluation(result: dict[str, Any]) -> None:
     rows = result["rows"]
     out.print(f"rows: real {rows['real']}, synthetic {rows['synthetic']}")
     out.print("W1 on the unit cube (L-infinity): " + _describe_w1(w1))
+    if "streamed" in result:
+        out.print(
+            "from streamed statistics (more rows than the samples hold): a column's W1 is the "
+            "middle of its certified bounds; the JSON report (--json) has them"
+        )
     if result["correlation"]:
         gap = result["correlation"]["max_abs_difference"]
         out.print(f"largest correlation difference: {_fmt(gap)}")

@@ -101,6 +101,7 @@ ROW_GROUP_BYTES = 64 << 20
 
 _EXTENSIONS = ((".csv.gz", "csv"), (".csv", "csv"), (".parquet", "parquet"), (".pq", "parquet"))
 _PARQUET_SUFFIXES = (".parquet", ".pq")
+_CSV_SUFFIXES = (".csv", ".csv.gz", ".csv.bz2", ".csv.zst")
 _COMPRESSION = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
 _BOM = b"\xef\xbb\xbf"
 _COMMA, _LF, _CR, _QUOTE = 44, 10, 13, 34
@@ -141,8 +142,8 @@ def detect_format(path: str, override: str | None, *, flag: str | None = None) -
             return fmt
     if os.path.isdir(path):
         raise UsageError(
-            f"{path} is a directory, not a file (for a directory of Parquet files as the input, "
-            "give --input-format parquet)"
+            f"{path} is a directory, not a file (for a directory of Parquet or CSV files as the "
+            "input, give --input-format parquet or csv)"
         )
     flags = flag or "--input-format or --output-format"
     raise UsageError(
@@ -216,9 +217,11 @@ def open_input(
 
     CSV columns come back as text (empty fields are nulls; nothing is converted), Parquet columns
     with the types the file declares. A directory is read as its Parquet files (`parquet_files`),
-    which must all have the same columns and types. Blank lines are skipped; a header-only CSV has
-    0 rows. `header=False` reads a CSV without a header line: `columns` then names every field in
-    order. `batch_rows` defaults to `default_batch_rows(number of columns)`.
+    which must all have the same columns and types, or, as CSV, as its CSV files in name order
+    (e.g. the parts `synth --engine dask` writes), each with the same header. Blank lines are
+    skipped; a header-only CSV has 0 rows. `header=False` reads a CSV without a header line:
+    `columns` then names every field in order. `batch_rows` defaults to
+    `default_batch_rows(number of columns)`.
 
     stdin and other non-regular files (pipes such as <(zcat ...)) are copied once into an
     anonymous temporary file (in TMPDIR) so that every pass can read them again; it has no name,
@@ -240,6 +243,13 @@ def open_input(
         if not files:
             raise DataError(f"input {path} is a directory without .parquet or .pq files")
         return _ParquetSource(path, [(f, f) for f in files], columns, batch_rows, None)
+    if fmt == "csv" and path != STDIO and os.path.isdir(path):
+        files = _directory_files(path, _CSV_SUFFIXES)
+        if not files:
+            raise DataError(f"input {path} is a directory without .csv files")
+        return _CsvParts(
+            path, [open_input(f, fmt, columns, header=header, batch_rows=batch_rows) for f in files]
+        )
     codec = None if path == STDIO else _codec(path)
     if path == STDIO:
         name = STDIN_NAME
@@ -278,6 +288,11 @@ def read_table(path: str, fmt: str, columns: list[str] | None, *, header: bool =
 def parquet_files(directory: str) -> list[str]:
     """The Parquet files of a directory (not its subdirectories), sorted by name, so that every
     pass and every engine sees the rows in the same order."""
+    return _directory_files(directory, _PARQUET_SUFFIXES)
+
+
+def _directory_files(directory: str, suffixes: tuple[str, ...]) -> list[str]:
+    """A directory's files (not subdirectories, not hidden) ending in `suffixes`, by name."""
     try:
         names = os.listdir(directory)
     except OSError as exc:
@@ -285,7 +300,7 @@ def parquet_files(directory: str) -> list[str]:
     return [
         os.path.join(directory, n)
         for n in sorted(names)
-        if n.lower().endswith(_PARQUET_SUFFIXES)
+        if n.lower().endswith(suffixes)
         and not n.startswith(".")
         and os.path.isfile(os.path.join(directory, n))
     ]
@@ -1128,6 +1143,35 @@ class _ParquetSource(InputSource):
                             f"cannot read {display}: corrupt or unsupported Parquet data"
                         ) from None
                     yield batch
+
+
+class _CsvParts(InputSource):
+    """The CSV files of a directory read in turn as one table (their columns must agree)."""
+
+    def __init__(self, name: str, parts: list[InputSource]) -> None:
+        super().__init__(None)
+        self.name, self._parts = name, parts
+        first = parts[0]
+        for part in parts[1:]:
+            if part.all_columns != first.all_columns:
+                self.close()
+                raise DataError(
+                    f"{part.name}: its columns differ from {first.name} (the files of {name} "
+                    "must have one header)"
+                )
+        self.schema, self.all_columns, self.batch_rows = (
+            first.schema,
+            first.all_columns,
+            first.batch_rows,
+        )
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        for part in self._parts:
+            yield from part.batches()
+
+    def close(self) -> None:
+        for part in self._parts:
+            part.close()
 
 
 def _parquet_file(display: str, where: Any) -> pq.ParquetFile:

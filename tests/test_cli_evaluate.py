@@ -1,4 +1,5 @@
-"""`dpsynth evaluate` end to end: labels, figures, report reuse, and bad input."""
+"""`dpsynth evaluate` end to end: labels, figures, report reuse, bad input, and tables read in
+batches (the same report; streamed statistics that bracket the in-memory figures)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import json
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from dpsynth_cli.cli import app
+from dpsynth_cli.domain import ColumnSpec, Domain
 from tests.conftest import SAMPLE
 
 
@@ -122,3 +125,107 @@ def test_bad_input(runner, tmp_path, extra, code, words):
     assert result.exit_code == code, result.output
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and words in lines[0]
+
+
+BOUNDS = ["--bounds", "x=0:1", "--bounds", "y=0:1"]
+
+
+def test_small_batches_give_the_same_report(runner, tmp_path):
+    real, synth = tables(tmp_path)
+    whole = evaluate(runner, real, synth, *BOUNDS, "--json")
+    small = evaluate(runner, real, synth, *BOUNDS, "--json", "--batch-rows", "97")
+    assert whole.exit_code == small.exit_code == 0, small.output
+    assert small.stdout == whole.stdout
+
+
+def frames(n=600, m=500):
+    rng = np.random.default_rng(5)
+    real = pd.DataFrame({"x": rng.random(n) * 0.8, "y": rng.integers(0, 6, n)})
+    real["x"] += 0.1 * real["y"] / 5
+    synth = pd.DataFrame({"x": rng.random(m) ** 2, "y": rng.integers(1, 6, m)})
+    return real, synth
+
+
+def streamed(real, synth, specs, size, limits):
+    """compare.evaluate fed record batches of `size` rows."""
+    from dpsynth_cli.evaluate import compare
+
+    def batches(frame):
+        table = pa.Table.from_pandas(frame, preserve_index=False)
+        return lambda: table.to_batches(max_chunksize=size)
+
+    return compare.evaluate(batches(real), batches(synth), specs, 1, limits).report
+
+
+def test_streamed_statistics_bracket_the_in_memory_figures(capsys):
+    from dpsynth_cli.console import print_evaluation
+    from dpsynth_cli.evaluate import compare
+    from dpsynth_cli.evaluate.w1 import w1_exact
+
+    real, synth = frames()
+    specs = [ColumnSpec("x", "float", 0.0, 1.0, "declared"), ColumnSpec("y", "integer", 0, 5, "")]
+    limits = compare.Limits(sample_rows=200, max_cells=40, max_bins=8)
+    report = streamed(real, synth, specs, 97, limits)
+    same_up_to_rounding(report, streamed(real, synth, specs, 1000, limits))
+    memory = compare.evaluate(pa.Table.from_pandas(real), pa.Table.from_pandas(synth), specs, 1)
+    exact = memory.report  # the tables fit the samples: figures from the rows, as before
+    assert not memory.sampled and "streamed" not in exact
+    assert report["streamed"]["partition"]["occupied_cells"] <= 40
+    domain = Domain(tuple(specs))
+    true_w1 = w1_exact(domain.to_unit(real.to_numpy(float)), domain.to_unit(synth.to_numpy(float)))
+    assert exact["w1_unit_cube"]["exact"] == pytest.approx(true_w1, abs=1e-12)
+    cube = report["w1_unit_cube"]
+    assert cube["lower"] <= true_w1 + 1e-12 <= cube["upper"] + 2e-12
+    assert report["rows"] == exact["rows"] == {"real": 600, "synthetic": 500}
+    for name in ("x", "y"):
+        got, want = report["per_column"][name], exact["per_column"][name]
+        bounds = got["w1_bounds"]
+        assert bounds["lower"] <= want["w1"] + 1e-12 <= bounds["upper"] + 2e-12
+        for stat in ("mean", "std"):
+            assert got[stat] == pytest.approx(want[stat], rel=1e-12)
+        width = 2.0 ** -report["streamed"]["histogram_depths"][name]["real"] * 5  # one bin
+        for q, pair in got["quantiles"].items():
+            assert abs(pair["real"] - want["quantiles"][q]["real"]) <= width + 1e-12
+    # y is an integer column with 6 values: its bins hold one value each, its figures are exact
+    assert report["per_column"]["y"]["quantiles"] == exact["per_column"]["y"]["quantiles"]
+    gap = np.array(report["correlation"]["difference"])
+    assert gap == pytest.approx(np.array(exact["correlation"]["difference"]), rel=1e-12)
+    print_evaluation(report)
+    assert "from streamed statistics" in capsys.readouterr().out
+
+
+def same_up_to_rounding(a, b):
+    """Reports from two batch splits: the same W1 figures, bins and quantiles bit for bit (exact
+    integer counts, minima, maxima and the same samples); the same moments up to rounding."""
+    assert a["w1_unit_cube"] == b["w1_unit_cube"] and a["streamed"] == b["streamed"]
+    for name, col in a["per_column"].items():
+        other = b["per_column"][name]
+        assert (col["w1"], col["w1_bounds"], col["quantiles"]) == (
+            other["w1"],
+            other["w1_bounds"],
+            other["quantiles"],
+        )
+        for stat in ("mean", "std"):
+            assert col[stat] == pytest.approx(other[stat], rel=1e-12)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_a_directory_of_part_files_reads_as_one_table(runner, tmp_path, fmt):
+    real, synth = frames()
+    parts = tmp_path / f"synth.{fmt}"
+    parts.mkdir()
+    for k, lo in enumerate(range(0, len(synth), 200)):
+        piece = synth.iloc[lo : lo + 200]
+        path = parts / f"part-{k:05d}.{fmt}"
+        piece.to_csv(path, index=False) if fmt == "csv" else piece.to_parquet(path)
+    synth.to_csv(tmp_path / "whole.csv", index=False)
+    real.to_csv(tmp_path / "real.csv", index=False)
+    args = ["--bounds", "x=0:1", "--bounds", "y=0:5", "--json"]
+    from_parts = evaluate(runner, tmp_path / "real.csv", parts, *args)
+    from_file = evaluate(runner, tmp_path / "real.csv", tmp_path / "whole.csv", *args)
+    assert from_parts.exit_code == 0, from_parts.output
+    assert (
+        json.loads(from_parts.stdout)["w1_unit_cube"]
+        == json.loads(from_file.stdout)["w1_unit_cube"]
+    )
+    assert json.loads(from_parts.stdout)["rows"]["synthetic"] == 500

@@ -1,4 +1,5 @@
-"""W1 (L-infinity) library: exact solver against independent solvers, and the certified bracket.
+"""W1 (L-infinity) library: exact solver against independent solvers, the certified bracket,
+and the streamed statistics behind `evaluate` on tables read in batches.
 
 Fixed seeds throughout. The structured-case test prints the bracket's tightness factors
 (run with -s to see them).
@@ -13,6 +14,7 @@ from scipy.optimize import linear_sum_assignment, linprog
 from scipy.stats import wasserstein_distance
 
 from dpsynth_cli.errors import DpsynthError
+from dpsynth_cli.evaluate.stats import Moments, Reservoir
 from dpsynth_cli.evaluate.w1 import (
     W1InputError,
     W1SolverError,
@@ -26,6 +28,8 @@ from dpsynth_cli.evaluate.w1 import (
     w1_summary,
     w1_upper_bound,
 )
+from dpsynth_cli.evaluate.w1_binned import Histograms, binned_quantiles, w1_1d_bracket
+from dpsynth_cli.evaluate.w1_cells import DyadicCells
 from dpsynth_cli.evaluate.w1_tree import default_depth, dyadic_bounds
 
 TOL = 1e-12
@@ -366,3 +370,89 @@ def test_subsample_floor_matches_a_second_sample_of_the_same_table():
     again = w1_subsample_floor(X, 500, 6, np.random.default_rng(1))
     assert again == (floor, floor_std)
     assert w1_subsample_floor(X[:3], 500, 2, np.random.default_rng(1))[0] >= 0  # size 1
+
+
+# --- streamed statistics (tables read in batches) ------------------------------------------
+
+
+def batched(rows, size):
+    return [rows[k : k + size] for k in range(0, len(rows), size)]
+
+
+def cells_of(X, Y, size, cap):
+    cells = DyadicCells(X.shape[1], max_cells=cap)
+    for side, rows in ((0, X), (1, Y)):
+        for part in batched(rows, size):
+            cells.add(part, side)
+    return cells
+
+
+def test_cell_bounds_are_the_in_memory_tree_at_their_depth_and_bound_w1():
+    rng = np.random.default_rng(12)
+    for _ in range(60):
+        X, Y = random_case(rng)
+        exact = w1_exact(X, Y)
+        cap = int(rng.choice([1, 3, 16, 10**6]))
+        cells = cells_of(X, Y, int(rng.integers(1, 40)), cap)
+        assert cells.size <= cap
+        tree, curve = cells.bounds()
+        assert tree == pytest.approx(dyadic_bounds(X, Y, cells.depth)[0], rel=1e-12, abs=1e-15)
+        assert exact <= tree + TOL and exact <= curve + TOL
+        # the same cells, bit for bit, from another split and from merging two halves
+        other = cells_of(X, Y, len(X) + len(Y), cap)
+        half = cells_of(X[: len(X) // 2], Y[: len(Y) // 2], 7, cap)
+        half.merge(cells_of(X[len(X) // 2 :], Y[len(Y) // 2 :], 5, cap))
+        for again in (other, half):
+            assert again.depth == cells.depth
+            for name in ("codes", "counts", "lo", "hi"):
+                assert np.array_equal(getattr(again, name), getattr(cells, name))
+
+
+def test_binned_1d_bracket_contains_exact_and_is_exact_with_enough_bins():
+    rng = np.random.default_rng(13)
+    for _ in range(80):
+        X, Y = random_case(rng)
+        x, y = X[:, 0], Y[:, 0]
+        exact = w1_1d(x, y)
+        for cap in (1, 4, 32, 10**6):
+            hx, hy = Histograms(1, cap), Histograms(1, cap)
+            for part in batched(x, 13):
+                hx.add(part[:, None], part[:, None] * 10 - 3)  # values: any increasing map
+            hy.add(y[:, None], y[:, None] * 10 - 3)
+            low, high = w1_1d_bracket(hx, hy, 0)
+            assert low <= 10 * exact + TOL <= high + 2 * TOL
+            q = binned_quantiles(hx, 0, (0.0, 0.05, 0.5, 0.95, 1.0))
+            err = np.abs(q - (np.quantile(x, (0.0, 0.05, 0.5, 0.95, 1.0)) * 10 - 3))
+            assert err.max() <= 10 * 2.0 ** -hx.columns[0].depth + TOL  # within one bin
+            if cap == 10**6:  # bins of 2**-52: every bin holds one distinct value
+                assert (low, high) == pytest.approx((10 * exact, 10 * exact), abs=1e-12)
+                assert err.max() <= 1e-12
+
+
+def test_moments_match_numpy_whatever_the_batches():
+    rng = np.random.default_rng(14)
+    X = rng.normal(5, 3, (500, 3)) @ rng.random((3, 3))
+    moments = Moments(3)
+    for part in batched(X, 97):
+        moments.add(part)
+    assert moments.mean == pytest.approx(X.mean(axis=0), rel=1e-12)
+    assert moments.std() == pytest.approx(X.std(axis=0), rel=1e-12)
+    assert moments.correlation() == pytest.approx(np.corrcoef(X, rowvar=False), rel=1e-12)
+
+
+def test_reservoir_is_uniform_in_row_order_and_independent_of_batches():
+    rows = np.arange(50, dtype=np.float64)[:, None]
+    hits = np.zeros(50)
+    for seed in range(400):
+        one, many = (Reservoir(10, 1, np.random.default_rng(seed)) for _ in range(2))
+        one.add(rows)
+        for part in batched(rows, 7):
+            many.add(part)
+        assert np.array_equal(one.sample(), many.sample())
+        assert np.all(np.diff(one.sample()[:, 0]) > 0)  # in row order
+        hits[one.sample()[:, 0].astype(int)] += 1
+    # each row is kept with probability 10/50: 400 draws, sd 8; 5 sd either side
+    assert np.all(np.abs(hits - 80) <= 40)
+    small = Reservoir(60, 1, np.random.default_rng(0))
+    small.add(rows)
+    assert small.complete and np.array_equal(small.sample(), rows)

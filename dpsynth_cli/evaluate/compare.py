@@ -2,27 +2,43 @@
 
 This reads the owner's raw data and releases nothing: its output is NOT differentially private,
 and every report it makes says so. Both tables are mapped to [0,1]^d with the same public bounds,
-so the cube W1 is in the metric of the theorems (L-infinity on the unit cube).
+so the cube W1 is in the metric of the theorems (L-infinity on the unit cube). Tables are read
+in passes over record batches (as synth reads them), so memory does not grow with their rows.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from dpsynth_cli.domain import ColumnSpec, Domain, column_values, value_matrix
+from dpsynth_cli.domain import ColumnSpec, Domain, column_values
 from dpsynth_cli.errors import DataError, UsageError
-from dpsynth_cli.evaluate.w1 import w1_1d, w1_summary
+from dpsynth_cli.evaluate.stats import TableStats, default_sample_rows
+from dpsynth_cli.evaluate.w1 import bracket_summary, w1_1d, w1_summary
+from dpsynth_cli.evaluate.w1_binned import binned_quantiles, default_max_bins, w1_1d_bracket
+from dpsynth_cli.evaluate.w1_cells import DyadicCells
 from dpsynth_cli.privacy.noise import analysis_generator
+from dpsynth_cli.synth import TableData, value_rows
 
 SCHEMA = "dpsynth.evaluate-report/1"
 WARNING = "computed from the raw data: NOT differentially private; do not release"
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
+METRIC = "1-Wasserstein, L-infinity distance on [0,1]^d after the public bounds"
+SUBSAMPLE_SIZE = 2000  # rows per subsample of the W1 estimate (w1_summary's default)
+STREAMED_NOTE = (
+    "more rows than the samples hold: W1 bounds, per-column figures and correlations come from "
+    "one pass of mergeable statistics, the subsample estimate from uniform samples of "
+    "sample_rows rows; per-column w1 is the midpoint of its certified w1_bounds, quantiles are "
+    "exact at a histogram bin's smallest or largest value and otherwise within one bin "
+    "((upper - lower) / 2**depth, histogram_depths) of the exact ones"
+)
 
 
 def specs_from_report(path: str) -> list[ColumnSpec]:
@@ -39,24 +55,43 @@ def specs_from_report(path: str) -> list[ColumnSpec]:
         raise UsageError(f"--from-report {path}: not a dpsynth synth report") from None
 
 
-def columns_with_numbers(table: pa.Table) -> list[str]:
-    """The columns of a text (CSV) table in which some cell is a number (reads values)."""
-    names = [c for c in table.column_names if np.isfinite(column_values(table.column(c))).any()]
-    if not names:
+def columns_with_numbers(data: TableData) -> list[str]:
+    """The columns of a text (CSV) table in which some cell is a number (one pass, reads
+    values)."""
+    names: list[str] = []
+    found: set[str] = set()
+    for batch in _batches(data):
+        names = names or batch.schema.names
+        for c in names:
+            if c not in found and np.isfinite(column_values(batch.column(c))).any():
+                found.add(c)
+    if not found:
         raise DataError("no column of the real table holds numbers: choose columns with --columns")
-    return names
+    return [c for c in names if c in found]
 
 
-def fill_bounds_from_data(specs: list[ColumnSpec], *tables: pa.Table) -> list[ColumnSpec]:
-    """Columns without declared bounds get the min and max of both tables (evaluate only)."""
+def fill_bounds_from_data(specs: list[ColumnSpec], *tables: TableData) -> list[ColumnSpec]:
+    """Columns without declared bounds get the min and max of both tables (evaluate only; one
+    pass over each table when some column needs them)."""
+    missing = [s.name for s in specs if not s.has_bounds]
+    if not missing:
+        return specs
+    low = dict.fromkeys(missing, np.inf)
+    high = dict.fromkeys(missing, -np.inf)
+    for data in tables:
+        for batch in _batches(data):
+            for name in missing:
+                values = column_values(batch.column(name))
+                values = values[np.isfinite(values)]
+                if values.size:
+                    low[name] = min(low[name], float(values.min()))
+                    high[name] = max(high[name], float(values.max()))
     filled = []
     for spec in specs:
         if not spec.has_bounds:
-            values = np.concatenate([value_matrix(t, [spec])[:, 0] for t in tables])
-            values = values[np.isfinite(values)]
-            if values.size == 0:
+            lo, hi = low[spec.name], high[spec.name]
+            if lo > hi:
                 raise DataError(f"column '{spec.name}' has no finite values")
-            lo, hi = float(values.min()), float(values.max())
             spec = replace(spec, lower=lo, upper=hi if hi > lo else lo + 1, source="data")
         filled.append(spec)
     return filled
@@ -64,20 +99,39 @@ def fill_bounds_from_data(specs: list[ColumnSpec], *tables: pa.Table) -> list[Co
 
 def per_column(real: np.ndarray, synth: np.ndarray, specs: list[ColumnSpec]) -> dict[str, Any]:
     """1-D W1, mean, standard deviation and quantiles of each column, in original units."""
-    out = {}
-    for j, spec in enumerate(specs):
-        r, s = real[:, j], synth[:, j]
-        qr, qs = np.quantile(r, QUANTILES), np.quantile(s, QUANTILES)
-        out[spec.name] = {
-            "w1": w1_1d(r, s),
-            "mean": {"real": r.mean(), "synthetic": s.mean(), "difference": s.mean() - r.mean()},
-            "std": {"real": r.std(), "synthetic": s.std(), "difference": s.std() - r.std()},
-            "quantiles": {
-                f"q{round(q * 100):02d}": {"real": a, "synthetic": b, "difference": b - a}
-                for q, a, b in zip(QUANTILES, qr, qs, strict=True)
-            },
+    return _floats(
+        {
+            spec.name: _column(
+                w1_1d(r, s),
+                (r.mean(), s.mean()),
+                (r.std(), s.std()),
+                (np.quantile(r, QUANTILES), np.quantile(s, QUANTILES)),
+            )
+            for spec, r, s in zip(specs, real.T, synth.T, strict=True)
         }
-    return _floats(out)
+    )
+
+
+def _column(
+    w1: float,
+    mean: tuple[float, float],
+    std: tuple[float, float],
+    quantiles: tuple[np.ndarray, np.ndarray],
+) -> dict[str, Any]:
+    """One column's figures (real, synthetic and their difference, synthetic minus real)."""
+    return {
+        "w1": w1,
+        "mean": _pair(*mean),
+        "std": _pair(*std),
+        "quantiles": {
+            f"q{round(q * 100):02d}": _pair(a, b)
+            for q, a, b in zip(QUANTILES, *quantiles, strict=True)
+        },
+    }
+
+
+def _pair(real: float, synth: float) -> dict[str, float]:
+    return {"real": real, "synthetic": synth, "difference": synth - real}
 
 
 def correlation_gap(real: np.ndarray, synth: np.ndarray) -> dict[str, Any] | None:
@@ -85,7 +139,11 @@ def correlation_gap(real: np.ndarray, synth: np.ndarray) -> dict[str, Any] | Non
     if real.shape[1] < 2:
         return None
     with np.errstate(invalid="ignore", divide="ignore"):
-        diff = np.corrcoef(synth, rowvar=False) - np.corrcoef(real, rowvar=False)
+        return _correlation(np.corrcoef(real, rowvar=False), np.corrcoef(synth, rowvar=False))
+
+
+def _correlation(real: np.ndarray, synth: np.ndarray) -> dict[str, Any]:
+    diff = synth - real
     finite = diff[np.isfinite(diff)]
     return {
         "difference": [[_num(x) for x in row] for row in diff],
@@ -93,30 +151,156 @@ def correlation_gap(real: np.ndarray, synth: np.ndarray) -> dict[str, Any] | Non
     }
 
 
+@dataclass(frozen=True)
+class Limits:
+    """Sizes of the streamed statistics (None: the defaults, see `stats`, `w1_binned` and
+    `w1_cells`); tests make them small to exercise the streamed figures on small tables."""
+
+    sample_rows: int | None = None
+    max_cells: int | None = None
+    max_bins: int | None = None
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The report, and the rows held (all of them, or uniform samples: `sampled`) for plots."""
+
+    report: dict[str, Any]
+    real: np.ndarray
+    synthetic: np.ndarray
+    sampled: bool
+
+
 def evaluate(
-    real: pa.Table, synth: pa.Table, specs: list[ColumnSpec], seed: int | None = None
-) -> dict[str, Any]:
-    """The full comparison as a JSON-ready dict, labelled as not differentially private."""
-    domain = Domain(tuple(specs))
-    X, Y = value_matrix(real, specs), value_matrix(synth, specs)
-    for name, values in (("real", X), ("synthetic", Y)):
-        if values.shape[0] == 0:
-            raise DataError(f"the {name} table has no complete rows in the chosen columns")
-    # Clamp onto the bounds in original units too, so per-column figures match the cube.
-    lo, hi = [s.lower for s in specs], [s.upper for s in specs]
-    Xc, Yc = np.clip(X, lo, hi), np.clip(Y, lo, hi)
+    real: TableData,
+    synth: TableData,
+    specs: list[ColumnSpec],
+    seed: int | None = None,
+    limits: Limits = Limits(),
+) -> Evaluation:
+    """The full comparison, labelled as not differentially private, from one pass over each
+    table (memory: a batch and bounded statistics, see `stats.TableStats`).
+
+    When both tables fit in the uniform samples (up to `default_sample_rows` rows each), every
+    figure is computed from their rows exactly as on a table in memory. Otherwise: the W1
+    bracket from the statistics (lower: largest certified 1-D bound over the columns' cube
+    coordinates, `w1_binned`; upper: the dyadic cells' plans, `w1_cells`), the subsample
+    estimate from the samples, per-column figures from histograms and moments, correlations
+    from moments.
+    """
+    d = len(specs)
     rng = analysis_generator(seed)
-    return {
+    keys = rng.spawn(1)[0]  # the samples' own stream: rng's draws stay those of before
+    size = limits.sample_rows or default_sample_rows(d, 2 * SUBSAMPLE_SIZE)
+    columns = d + sum(s.kind == "integer" for s in specs)  # histograms: see TableStats
+    max_bins = limits.max_bins or default_max_bins(columns)
+    cells = DyadicCells(d, limits.max_cells)
+    stats = [
+        value_rows(data, specs).collect(
+            partial(TableStats, specs, side, cells, keys, size, max_bins)
+        )
+        for side, data in enumerate((real, synth))
+    ]
+    for name, table in zip(("real", "synthetic"), stats, strict=True):
+        if table.n == 0:
+            raise DataError(f"the {name} table has no complete rows in the chosen columns")
+    X, Y = (table.sample.sample() for table in stats)
+    complete = all(table.sample.complete for table in stats)
+    report = {
         "schema": SCHEMA,
         "NOT_DIFFERENTIALLY_PRIVATE": True,
         "warning": WARNING,
         "columns": {s.name: s.to_json() for s in specs},
-        "rows": {"real": int(X.shape[0]), "synthetic": int(Y.shape[0])},
+        "rows": {"real": stats[0].n, "synthetic": stats[1].n},
+    }
+    if complete:
+        report.update(_from_rows(X, Y, specs, rng))
+    else:
+        report.update(_from_statistics(stats, cells, X, Y, specs, rng))
+    return Evaluation(report, X, Y, not complete)
+
+
+def _from_rows(
+    X: np.ndarray, Y: np.ndarray, specs: list[ColumnSpec], rng: np.random.Generator
+) -> dict[str, Any]:
+    """Every figure from the tables' rows (in memory)."""
+    domain = Domain(tuple(specs))
+    # Clamp onto the bounds in original units too, so per-column figures match the cube.
+    lo, hi = [s.lower for s in specs], [s.upper for s in specs]
+    return {
         "w1_unit_cube": w1_summary(domain.to_unit(X), domain.to_unit(Y), rng=rng),
-        "metric": "1-Wasserstein, L-infinity distance on [0,1]^d after the public bounds",
-        "per_column": per_column(Xc, Yc, specs),
+        "metric": METRIC,
+        "per_column": per_column(np.clip(X, lo, hi), np.clip(Y, lo, hi), specs),
         "correlation": correlation_gap(X, Y),
     }
+
+
+def _from_statistics(
+    stats: list[TableStats],
+    cells: DyadicCells,
+    X: np.ndarray,
+    Y: np.ndarray,
+    specs: list[ColumnSpec],
+    rng: np.random.Generator,
+) -> dict[str, Any]:
+    """Every figure from the streamed statistics; the W1 estimate from the samples X, Y."""
+    real, synth = stats
+    d = len(specs)
+    domain = Domain(tuple(specs))
+    cube = [
+        tuple(b / scale for b in w1_1d_bracket(real.hist, synth.hist, k)) for k, scale in real.cube
+    ]
+    tree, curve = cells.bounds()
+    upper = min(tree, curve, cube[0][1]) if d == 1 else min(tree, curve)  # 1-D: |.| is L-inf
+    w1 = bracket_summary(
+        (real.n, synth.n),
+        (max(low for low, _ in cube), upper),
+        domain.to_unit(X),
+        domain.to_unit(Y),
+        rng,
+        subsample_size=SUBSAMPLE_SIZE,
+    )
+    columns = {}
+    for j, spec in enumerate(specs):
+        low, high = w1_1d_bracket(real.hist, synth.hist, j)
+        figures = _column(
+            (low + high) / 2,
+            (real.clamped.mean[j], synth.clamped.mean[j]),
+            (real.clamped.std()[j], synth.clamped.std()[j]),
+            (binned_quantiles(real.hist, j, QUANTILES), binned_quantiles(synth.hist, j, QUANTILES)),
+        )
+        columns[spec.name] = {**figures, "w1_bounds": {"lower": low, "upper": high}}
+    return {
+        "w1_unit_cube": w1,
+        "metric": METRIC,
+        "per_column": _floats(columns),
+        "correlation": (
+            _correlation(real.raw.correlation(), synth.raw.correlation()) if d >= 2 else None
+        ),
+        "streamed": {
+            "note": STREAMED_NOTE,
+            "sample_rows": real.sample.size,
+            "histogram_max_bins": real.hist.max_bins,
+            "histogram_depths": {
+                spec.name: {
+                    "real": real.hist.columns[j].depth,
+                    "synthetic": synth.hist.columns[j].depth,
+                }
+                for j, spec in enumerate(specs)
+            },
+            "partition": {
+                "depth": cells.depth,
+                "occupied_cells": cells.size,
+                "max_cells": cells.max_cells,
+                "tree_bound": tree,
+                "curve_bound": curve,
+            },
+        },
+    }
+
+
+def _batches(data: TableData) -> Iterable[pa.Table | pa.RecordBatch]:
+    return [data] if isinstance(data, pa.Table) else data()
 
 
 def _num(x: float) -> float | None:

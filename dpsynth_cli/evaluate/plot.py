@@ -9,9 +9,8 @@ from __future__ import annotations
 import io as bytes_io
 
 import numpy as np
-import pyarrow as pa
 
-from dpsynth_cli.domain import ColumnSpec, value_matrix
+from dpsynth_cli.domain import ColumnSpec
 from dpsynth_cli.errors import UsageError
 from dpsynth_cli.io import atomic_write_bytes
 from dpsynth_cli.privacy.noise import analysis_generator
@@ -32,15 +31,18 @@ def _pyplot():
 
 def plot_comparison(
     path: str,
-    real_table: pa.Table,
-    synth_table: pa.Table,
+    real: np.ndarray,
+    synth: np.ndarray,
     specs: list[ColumnSpec],
     pair: tuple[int, int] | None,
     seed: int | None = None,
+    sampled: bool = False,
 ) -> None:
-    """One histogram panel per column, plus a scatter panel for `pair`; written atomically."""
+    """One histogram panel per column, plus a scatter panel for `pair`; written atomically.
+
+    `real` and `synth` are the tables' rows (original units), or uniform samples of them
+    (`sampled`, said in the title)."""
     plt = _pyplot()
-    real, synth = value_matrix(real_table, specs), value_matrix(synth_table, specs)
     rng = analysis_generator(seed)
     panels = len(specs) + (pair is not None)
     fig, axes = plt.subplots(1, panels, figsize=(4 * panels, 3.6), squeeze=False)
@@ -59,7 +61,10 @@ def plot_comparison(
         ax.set_xlabel(specs[a].name)
         ax.set_ylabel(specs[b].name)
         ax.legend(fontsize="small", markerscale=4)
-    fig.suptitle("real vs synthetic (NOT differentially private: shows raw data)", fontsize=9)
+    title = "real vs synthetic (NOT differentially private: shows raw data)"
+    if sampled:
+        title += f"\nuniform samples of {real.shape[0]:,} and {synth.shape[0]:,} rows"
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     buffer = bytes_io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100)

@@ -7,7 +7,8 @@ per row of X and 1/m per row of Y unless weights are given (they are normalised 
 - `w1_exact`: exact value (POT network simplex), for n*m up to `max_pairs`.
 - `w1_lower_bound` / `w1_upper_bound`: a certified bracket in O(N log N), for any size.
 - `w1_subsample_estimate`: exact W1 of random subsamples, an estimate (biased upward).
-- `w1_summary`: the exact value when affordable, the bracket plus an estimate otherwise.
+- `w1_summary`: the exact value when affordable, the bracket plus an estimate otherwise
+  (`bracket_summary`: that report from a bracket computed elsewhere, e.g. streamed).
 - `w1_1d`: 1-D W1 in the units of the data (per-column reports reuse it).
 """
 
@@ -35,6 +36,7 @@ __all__ = [
     "W1InputError",
     "W1SolverError",
     "W1TooLargeError",
+    "bracket_summary",
     "chebyshev_cost",
     "default_depth",
     "w1_1d",
@@ -252,14 +254,47 @@ def w1_summary(
     """
     X, Y = as_pair(X, Y)
     n, m, d = X.shape[0], Y.shape[0], X.shape[1]
-    out: dict = {"metric": "linf", "n": n, "m": m, "d": d}
     if n * m <= exact_max_pairs or d == 1:
-        out["exact"] = w1_exact(X, Y, max_pairs=max(exact_max_pairs, 1))
-        out["kinds"] = {"exact": "exact"}
-        return out
+        exact = w1_exact(X, Y, max_pairs=max(exact_max_pairs, 1))
+        return {
+            "metric": "linf",
+            "n": n,
+            "m": m,
+            "d": d,
+            "exact": exact,
+            "kinds": {"exact": "exact"},
+        }
+    return bracket_summary(
+        (n, m),
+        (w1_lower_bound(X, Y), w1_upper_bound(X, Y)),
+        X,
+        Y,
+        rng,
+        subsample_size=subsample_size,
+        subsample_repeats=subsample_repeats,
+        floor=floor,
+    )
+
+
+def bracket_summary(
+    rows: tuple[int, int],
+    bracket: tuple[float, float],
+    X: np.ndarray,
+    Y: np.ndarray,
+    rng: np.random.Generator | None = None,
+    *,
+    subsample_size: int = 2000,
+    subsample_repeats: int = 5,
+    floor: bool = True,
+) -> dict:
+    """`w1_summary`'s bracket branch for tables of `rows` = (n, m) rows: the certified
+    `bracket` = (lower, upper) and the subsample estimate drawn from X and Y, the tables
+    themselves or uniform samples of them (a uniform subsample of a uniform sample is a
+    uniform subsample of the table)."""
+    n, m = rows
+    out: dict = {"metric": "linf", "n": n, "m": m, "d": X.shape[1]}
     rng = analysis_generator(None) if rng is None else rng
-    out["lower"] = w1_lower_bound(X, Y)
-    out["upper"] = w1_upper_bound(X, Y)
+    out["lower"], out["upper"] = bracket
     mean, std = w1_subsample_estimate(X, Y, subsample_size, subsample_repeats, rng)
     out["subsample"] = {
         "kind": "subsample_estimate",

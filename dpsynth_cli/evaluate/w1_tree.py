@@ -16,14 +16,14 @@ from dpsynth_cli.evaluate._w1_input import (
 )
 
 _FLOAT_BITS = 52  # x * 2**k is exact and floor(.) fits a float64 mantissa for k <= 52
-_WORD_BITS = 63  # payload bits per uint64 sort word (top bit kept clear)
+WORD_BITS = 63  # payload bits per uint64 sort word (top bit kept clear)
 
 
 def default_depth(d: int) -> int:
     """Deepest partition used by default: 63 levels in one sort word when d <= 4 (31 bits per
     coordinate in 2-D), 15 bits per coordinate beyond. Deeper is never worse (see
     `dyadic_bounds`), so the default is as deep as is cheap."""
-    return d * min(_FLOAT_BITS, max(_WORD_BITS // d, 15))
+    return d * min(_FLOAT_BITS, max(WORD_BITS // d, 15))
 
 
 def w1_upper_bound(
@@ -91,16 +91,16 @@ def dyadic_bounds(
     r = default_depth(d) if depth is None else int(depth)
     if not 0 <= r <= _FLOAT_BITS * d:
         raise W1InputError(f"depth must be between 0 and {_FLOAT_BITS * d} for {d} columns")
-    bits = [max(0, -(-(r - c) // d)) for c in range(d)]  # levels that split coordinate c
+    bits = level_bits(r, d)
 
     low = np.minimum(X.min(axis=0), Y.min(axis=0))
     high = np.maximum(X.max(axis=0), Y.max(axis=0))
     if low.min() >= 0.0 and high.max() <= 1.0:  # the unit cube's own dyadic grid
-        ints = [_grid_ints(X[:, c], Y[:, c], bits[c]) for c in range(d)]
+        ints = [grid_ints(np.concatenate((X[:, c], Y[:, c])), bits[c]) for c in range(d)]
     else:  # the data's bounding box instead: any partition gives a valid bound
         span = np.where(high > low, high - low, 1.0)
         ints = [
-            _grid_ints((X[:, c] - low[c]) / span[c], (Y[:, c] - low[c]) / span[c], bits[c])
+            grid_ints((np.concatenate((X[:, c], Y[:, c])) - low[c]) / span[c], bits[c])
             for c in range(d)
         ]
     perm = _morton_order(ints, bits, r)
@@ -129,7 +129,7 @@ def dyadic_bounds(
 
     levels = lcp[lcp < r]  # level at which leaf q and leaf q + 1 part, q = 0 .. R-2
     del lcp
-    total += _merge_up(levels, excess, lo, hi, r)
+    total += merge_up(levels, excess, lo, hi, r)
     return 0.5 * total, curve
 
 
@@ -142,31 +142,51 @@ def _curve_plan_cost(
     corner rule): a feasible plan, so its cost is an upper bound on W1; at most n + m - 1 pairs.
     With uniform weights the cumulative masses are integers in units of 1/(n m): no rounding.
     """
-    n, m = X.shape[0], Y.shape[0]
+    n = X.shape[0]
     on_x = perm < n
     xo, yo = perm[on_x], perm[~on_x] - n
     del on_x
     if weights is None:
-        cum_x = np.arange(1, n + 1, dtype=np.int64) * m
-        cum_y = np.arange(1, m + 1, dtype=np.int64) * n
-        ends = _merge_unique(cum_x, cum_y)
-        flow = np.diff(ends, prepend=0).astype(np.float64) / (n * m)
-        i, j = np.searchsorted(cum_x, ends), np.searchsorted(cum_y, ends)
+        flow, i, j = count_coupling(np.ones(xo.size, np.int64), np.ones(yo.size, np.int64))
     else:
-        cum_x, cum_y = np.cumsum(weights[0][xo]), np.cumsum(weights[1][yo])
-        ends = _merge_unique(cum_x[:-1], cum_y[:-1])
-        ends = np.append(ends[ends < 1.0], 1.0)
-        flow = np.diff(ends, prepend=0.0)
-        mid = ends - flow / 2
-        i = np.minimum(np.searchsorted(cum_x, mid), n - 1)
-        j = np.minimum(np.searchsorted(cum_y, mid), m - 1)
-    del cum_x, cum_y, ends
+        flow, i, j = _weight_coupling(weights[0][xo], weights[1][yo])
     xi, yj = xo[i], yo[j]
     del i, j
     dist = np.zeros(xi.size)
     for c in range(X.shape[1]):
         np.maximum(dist, np.abs(X[xi, c] - Y[yj, c]), out=dist)
     return float(np.dot(flow, dist))
+
+
+def count_coupling(
+    count_x: np.ndarray, count_y: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The north-west corner coupling of two sequences of integer masses (totals n and m, each
+    side normalised to 1): its flows, and for each flow the index of its x and its y item.
+
+    Cumulative masses are integers in units of 1/(n m), so breakpoints carry no rounding (while
+    n m < 2**62; beyond, float weights). Items of mass 0 receive no flow (`searchsorted` finds
+    the first item whose cumulative mass reaches a breakpoint, which has positive mass).
+    """
+    n, m = int(count_x.sum()), int(count_y.sum())
+    if n * m >= 2**62:
+        return _weight_coupling(count_x / n, count_y / m)
+    cum_x, cum_y = np.cumsum(count_x) * m, np.cumsum(count_y) * n
+    ends = _merge_unique(cum_x, cum_y)
+    flow = np.diff(ends, prepend=0).astype(np.float64) / (n * m)
+    return flow, np.searchsorted(cum_x, ends), np.searchsorted(cum_y, ends)
+
+
+def _weight_coupling(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`count_coupling` for float masses a, b (each summing to 1 up to rounding)."""
+    cum_x, cum_y = np.cumsum(a), np.cumsum(b)
+    ends = _merge_unique(cum_x[:-1], cum_y[:-1])
+    ends = np.append(ends[ends < 1.0], 1.0)
+    flow = np.diff(ends, prepend=0.0)
+    mid = ends - flow / 2
+    i = np.minimum(np.searchsorted(cum_x, mid), a.size - 1)
+    j = np.minimum(np.searchsorted(cum_y, mid), b.size - 1)
+    return flow, i, j
 
 
 def _merge_unique(u: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -182,9 +202,13 @@ def _merge_unique(u: np.ndarray, v: np.ndarray) -> np.ndarray:
     return out[keep]
 
 
-def _grid_ints(x: np.ndarray, y: np.ndarray, k: int) -> np.ndarray:
-    """floor(v * 2**k) for v in x then y, as uint64 in [0, 2**k - 1] (v = 1 joins the top cell)."""
-    v = np.concatenate((x, y))
+def level_bits(r: int, d: int) -> list[int]:
+    """How many of the first r levels split coordinate c (level t splits coordinate t mod d)."""
+    return [max(0, -(-(r - c) // d)) for c in range(d)]
+
+
+def grid_ints(v: np.ndarray, k: int) -> np.ndarray:
+    """floor(v * 2**k) for v in [0, 1], as uint64 in [0, 2**k - 1] (v = 1 joins the top cell)."""
     if k == 0:
         return np.zeros(v.size, dtype=np.uint64)
     q = np.floor(v * float(2**k)).astype(np.uint64)
@@ -204,25 +228,32 @@ def _morton_order(ints: list[np.ndarray], bits: list[int], r: int) -> np.ndarray
     d, size = len(ints), ints[0].size
     if r == 0:
         return np.arange(size)
-    if r <= _WORD_BITS:
-        # Bit i (from the low end) of coordinate c sits at level t = (bits[c] - 1 - i) * d + c,
-        # i.e. at position r - 1 - t = i * d + off_c of the code.
-        code = np.zeros(size, dtype=np.uint64)
-        table = _spread_table(d, max(bits))
-        for c, q in enumerate(ints):
-            if bits[c] == 0:
-                continue
-            off = r - 1 - c - (bits[c] - 1) * d
-            for byte in range(-(-bits[c] // 8)):
-                chunk = table[(q >> np.uint64(8 * byte)) & np.uint64(255)]
-                code |= chunk << np.uint64(8 * byte * d + off)
-        return np.argsort(code)
-    words = np.zeros((-(-r // _WORD_BITS), size), dtype=np.uint64)
+    if r <= WORD_BITS:
+        return np.argsort(morton_codes(ints, bits, r))
+    words = np.zeros((-(-r // WORD_BITS), size), dtype=np.uint64)
     for t in range(r):
         c, level_bit = t % d, t // d
         bit = (ints[c] >> np.uint64(bits[c] - 1 - level_bit)) & np.uint64(1)
-        words[t // _WORD_BITS] |= bit << np.uint64(_WORD_BITS - 1 - t % _WORD_BITS)
+        words[t // WORD_BITS] |= bit << np.uint64(WORD_BITS - 1 - t % WORD_BITS)
     return np.lexsort(words[::-1])
+
+
+def morton_codes(ints: list[np.ndarray], bits: list[int], r: int) -> np.ndarray:
+    """The first r <= 63 interleaved bits of each point as one uint64: level t is bit r - 1 - t,
+    so codes sort in the partition's order and dropping the lowest bit drops the deepest level."""
+    d, size = len(ints), ints[0].size
+    # Bit i (from the low end) of coordinate c sits at level t = (bits[c] - 1 - i) * d + c,
+    # i.e. at position r - 1 - t = i * d + off_c of the code.
+    code = np.zeros(size, dtype=np.uint64)
+    table = _spread_table(d, max(bits))
+    for c, q in enumerate(ints):
+        if bits[c] == 0:
+            continue
+        off = r - 1 - c - (bits[c] - 1) * d
+        for byte in range(-(-bits[c] // 8)):
+            chunk = table[(q >> np.uint64(8 * byte)) & np.uint64(255)]
+            code |= chunk << np.uint64(8 * byte * d + off)
+    return code
 
 
 def _parting_level(ints: list[np.ndarray], bits: list[int], perm: np.ndarray, r: int) -> np.ndarray:
@@ -245,7 +276,7 @@ def _parting_level(ints: list[np.ndarray], bits: list[int], perm: np.ndarray, r:
     return out
 
 
-def _merge_up(
+def merge_up(
     levels: np.ndarray,
     excess: np.ndarray,
     lo: list[np.ndarray],

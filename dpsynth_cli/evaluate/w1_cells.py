@@ -1,0 +1,204 @@
+"""The certified W1 upper bound from mergeable cell statistics: tables read in batches.
+
+`dyadic_bounds` (w1_tree) needs every point in memory. Its tree bound needs only, per leaf of
+the partition, the two masses and the bounding box of the points in the leaf: with leaves the
+occupied cells of a fixed depth r, those are sums, minima and maxima, which batches add and
+merge in any order. `DyadicCells` keeps them for the occupied cells only (a sparse table sorted
+by Morton code), so memory is bounded by the number of occupied cells, which `max_cells` caps.
+
+Fixed-depth argument (why the bounds stay certified). Take the depth-r dyadic partition of
+[0, 1]^d (level t halves coordinate t mod d; points are clamped onto the cube first, as
+`Domain.to_unit` does). Leaves are its occupied cells L, with masses mu(L) = n_x(L)/n,
+nu(L) = n_y(L)/m, e(L) = mu(L) - nu(L), and the bounding box B(L) of all points (of either
+table) in L, of L-inf diameter D(L). This is exactly the partition `dyadic_bounds` builds at
+`depth=r`, with the same leaf statistics, so its proof applies word for word: matching
+min(mu(L), nu(L)) inside each leaf costs at most D(L) per unit (both ends lie in B(L)), and
+the leftovers matched in a parent P between its children C0, C1 cost at most the largest
+distance between B(C0) and B(C1); the root is balanced, so this is a coupling of mu and nu and
+`tree` >= W1. Nothing in that argument needs the points themselves, only that every point of
+L lies in B(L), which the batch-wise minima and maxima guarantee.
+
+The curve plan, at cell resolution: order the leaves by Morton code and couple the cell masses
+by the north-west corner rule (the k-th unit of mu's mass, in cell order, goes to the k-th unit
+of nu's). Flow f from cell i (mu's points, inside B(i)) to cell j (nu's, inside B(j)) moves
+each unit at most max_c max(hi_i - lo_j, hi_j - lo_i) (the farthest two points of the boxes),
+and any way of splitting the flow among the points realises it: a coupling, so `curve` >= W1.
+At a depth where cells hold single points it is the point-level curve of `dyadic_bounds`.
+
+Cap rule: a table starts at depth r0 = min(default_depth(d), 63) (one uint64 code) and, when
+more than `max_cells` cells are occupied, drops its deepest levels (code >> s, merging cells
+into their ancestors), as few as make them fit. The number of occupied cells grows with the data and
+with the depth, so the final depth is the deepest r <= r0 at which all the rows occupy at most
+`max_cells` cells: the same for every batch split and merge order, as are the integer counts
+and the boxes (minima, maxima). Coarser leaves only loosen the bound (see `dyadic_bounds`:
+deeper is never worse); they never invalidate it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dpsynth_cli.evaluate.w1_tree import (
+    WORD_BITS,
+    count_coupling,
+    default_depth,
+    grid_ints,
+    level_bits,
+    merge_up,
+    morton_codes,
+)
+
+# Default cap: 2**22 occupied cells, fewer when the table of cells would pass CELL_BYTES
+# (8 bytes each for the code, the two counts and 2 d box coordinates).
+MAX_CELLS = 1 << 22
+CELL_BYTES = 256 << 20
+
+
+def default_max_cells(d: int) -> int:
+    """Occupied cells kept at most for d columns (see CELL_BYTES)."""
+    return max(1, min(MAX_CELLS, CELL_BYTES // (8 * (3 + 2 * d))))
+
+
+class DyadicCells:
+    """Per occupied cell of a depth-r dyadic partition of [0, 1]^d: Morton code, the number of
+    points of each side (0: mu, 1: nu; `sides=1` for one table) and their bounding box.
+    Mergeable: `add` batches of unit-cube points of either side, `merge` another such table
+    (see the module's cap rule)."""
+
+    def __init__(
+        self, d: int, max_cells: int | None = None, depth: int | None = None, sides: int = 2
+    ) -> None:
+        self.d, self.sides = d, sides
+        self.depth = min(default_depth(d), WORD_BITS) if depth is None else int(depth)
+        self.max_cells = default_max_cells(d) if max_cells is None else int(max_cells)
+        if not 0 <= self.depth <= WORD_BITS or self.max_cells < 1:
+            raise ValueError("depth must be in [0, 63] and max_cells at least 1")
+        self.codes = np.empty(0, dtype=np.uint64)
+        self.counts = np.empty((0, sides), dtype=np.int64)
+        self.lo = np.empty((d, 0))
+        self.hi = np.empty((d, 0))
+
+    def add(self, U: np.ndarray, side: int, values: np.ndarray | None = None) -> None:
+        """Points U (k, d) of side 0 (mu) or 1 (nu), clamped onto [0, 1]^d. The boxes bound
+        `values` (k, d) instead of U if given: any values non-decreasing in each coordinate
+        of U (a 1-D histogram of a column in its own units, `w1_binned`)."""
+        if U.shape[0] == 0:
+            return
+        U = np.clip(U, 0.0, 1.0)
+        bits = level_bits(self.depth, self.d)
+        codes = morton_codes([grid_ints(U[:, c], bits[c]) for c in range(self.d)], bits, self.depth)
+        order = np.argsort(codes)
+        codes = codes[order]
+        # The union occupies at least the cells the batch does: coarsen to fit the batch first.
+        shift = _shift_to_fit(codes, self.max_cells)
+        self._coarsen(shift)
+        codes >>= np.uint64(shift)
+        starts = _run_starts(codes)
+        counts = np.zeros((starts.size, self.sides), dtype=np.int64)
+        counts[:, side] = np.diff(np.append(starts, codes.size))
+        points = (U if values is None else values)[order].T
+        self._absorb(
+            codes[starts],
+            counts,
+            np.minimum.reduceat(points, starts, axis=1),
+            np.maximum.reduceat(points, starts, axis=1),
+        )
+
+    def merge(self, other: DyadicCells) -> DyadicCells:
+        """Both tables' cells, at the shallower of the two depths."""
+        other = other.copy()
+        depth = min(self.depth, other.depth)
+        self._coarsen(self.depth - depth)
+        other._coarsen(other.depth - depth)
+        self._absorb(other.codes, other.counts, other.lo, other.hi)
+        return self
+
+    def copy(self) -> DyadicCells:
+        out = DyadicCells(self.d, self.max_cells, self.depth, self.sides)
+        out.codes, out.counts = self.codes.copy(), self.counts.copy()
+        out.lo, out.hi = self.lo.copy(), self.hi.copy()
+        return out
+
+    @property
+    def size(self) -> int:
+        return int(self.codes.size)
+
+    def bounds(self) -> tuple[float, float]:
+        """(tree, curve): the two certified upper bounds on W1(mu, nu) (module docstring)."""
+        n, m = (int(v) for v in self.counts.sum(axis=0))
+        if n == 0 or m == 0:
+            raise ValueError("both sides need at least one point")
+        flow, i, j = count_coupling(self.counts[:, 0], self.counts[:, 1])
+        reach = np.zeros(flow.size)
+        for lo, hi in zip(self.lo, self.hi, strict=True):  # a coordinate at a time: less memory
+            np.maximum(reach, np.maximum(hi[i] - lo[j], hi[j] - lo[i]), out=reach)
+        curve = float(np.dot(flow, reach))
+        del flow, i, j, reach
+        a, b = self.counts[:, 0] / n, self.counts[:, 1] / m
+        excess = a - b
+        diam = (self.hi - self.lo).max(axis=0)
+        total = float(np.dot(diam, a + b - np.abs(excess)))
+        del a, b, diam
+        levels = self.depth - _bit_length(self.codes[1:] ^ self.codes[:-1])
+        lo, hi = list(self.lo.copy()), list(self.hi.copy())  # merge_up works in place
+        total += merge_up(levels, excess, lo, hi, self.depth)
+        return 0.5 * total, curve
+
+    def _absorb(
+        self, codes: np.ndarray, counts: np.ndarray, lo: np.ndarray, hi: np.ndarray
+    ) -> None:
+        """Merge sorted distinct cells (at this depth) in, then coarsen to fit the cap.
+
+        Cells already present are updated in place and the others inserted array by array, so
+        the peak is the table plus one of its arrays, not two tables."""
+        pos = np.searchsorted(self.codes, codes)
+        found = pos < self.codes.size
+        found[found] = self.codes[pos[found]] == codes[found]
+        at = pos[found]
+        self.counts[at] += counts[found]
+        self.lo[:, at] = np.minimum(self.lo[:, at], lo[:, found])
+        self.hi[:, at] = np.maximum(self.hi[:, at], hi[:, found])
+        new = ~found
+        where = pos[new]
+        self.codes = np.insert(self.codes, where, codes[new])
+        self.counts = np.insert(self.counts, where, counts[new], axis=0)
+        self.lo = np.insert(self.lo, where, lo[:, new], axis=1)
+        self.hi = np.insert(self.hi, where, hi[:, new], axis=1)
+        self._coarsen(_shift_to_fit(self.codes, self.max_cells))
+
+    def _coarsen(self, levels: int) -> None:
+        """Drop the deepest `levels` levels: cells merge into their ancestors (codes stay
+        sorted)."""
+        if levels == 0:
+            return
+        self.depth -= levels
+        self.codes >>= np.uint64(levels)
+        starts = _run_starts(self.codes)
+        self.codes = self.codes[starts]
+        self.counts = np.add.reduceat(self.counts, starts, axis=0)
+        self.lo = np.minimum.reduceat(self.lo, starts, axis=1)
+        self.hi = np.maximum.reduceat(self.hi, starts, axis=1)
+
+
+def _run_starts(sorted_codes: np.ndarray) -> np.ndarray:
+    """Index of the first element of each run of equal values."""
+    if sorted_codes.size == 0:
+        return np.empty(0, dtype=np.intp)
+    return np.flatnonzero(np.concatenate(([True], sorted_codes[1:] != sorted_codes[:-1])))
+
+
+def _shift_to_fit(sorted_codes: np.ndarray, cap: int) -> int:
+    """The fewest deepest levels to drop so that at most `cap` distinct codes remain: dropping
+    s levels keeps 1 + #(neighbours whose codes differ above bit s) distinct codes."""
+    if sorted_codes.size <= cap:
+        return 0
+    parts = _bit_length(sorted_codes[1:] ^ sorted_codes[:-1])  # 0 for equal neighbours
+    above = np.cumsum(np.bincount(parts, minlength=65)[::-1])[::-1]  # above[s] = #(parts >= s)
+    return int(np.flatnonzero(1 + above[1:] <= cap)[0])  # 1 + #(parts > s) <= cap
+
+
+def _bit_length(v: np.ndarray) -> np.ndarray:
+    """Exact bit length of uint64 values (frexp of each 32-bit half, exact in float64)."""
+    _, high = np.frexp((v >> np.uint64(32)).astype(np.float64))
+    _, low = np.frexp((v & np.uint64(0xFFFFFFFF)).astype(np.float64))
+    return np.where(high > 0, high + 32, low).astype(np.int64)
