@@ -25,10 +25,11 @@ def centres(shape: tuple[int, ...]) -> np.ndarray:
 
 
 def literal_lp(
-    nu: np.ndarray, reps: np.ndarray, misprinted: bool = False
-) -> tuple[float, np.ndarray]:
+    nu: np.ndarray, reps: np.ndarray, misprinted: bool = False, limit: float | None = None
+) -> tuple[float | None, np.ndarray | None]:
     """min sum_{i!=j} d_ij u_ij + 2 sum v_i s.t. sum_j u_ij - sum_j u_ji + v_i + tau_i >= nu_i,
-    sum tau = 1, all >= 0; returns (optimum, tau). `misprinted`: u_ij in row i only."""
+    sum tau = 1, all >= 0; returns (optimum, tau). `misprinted`: u_ij in row i only. `limit`:
+    HiGHS's time limit in seconds ((None, None) when it is reached; benchmarks only)."""
     m = nu.size
     dist = np.abs(reps[:, None, :] - reps[None, :, :]).max(-1)
     i, j = np.nonzero(~np.eye(m, dtype=bool))
@@ -49,7 +50,12 @@ def literal_lp(
     width = n_u + 2 * m
     a_ub = coo_array((vals, (rows, cols)), shape=(m, width)).tocsr()
     a_eq = coo_array((np.ones(m), (np.zeros(m, dtype=int), n_u + m + cells)), shape=(1, width))
-    res = linprog(cost, A_ub=a_ub, b_ub=-nu, A_eq=a_eq, b_eq=[1.0], bounds=(0, None))
+    options = {} if limit is None else {"time_limit": limit}
+    res = linprog(
+        cost, A_ub=a_ub, b_ub=-nu, A_eq=a_eq, b_eq=[1.0], bounds=(0, None), options=options
+    )
+    if limit is not None and res.status == 1:
+        return None, None
     assert res.status == 0, res.message
     return float(res.fun), res.x[n_u + m :]
 
