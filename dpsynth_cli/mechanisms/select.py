@@ -12,11 +12,13 @@ d = 1 the grids everywhere (their least squares and pruning already find 1-D clu
 
 PSMM (issue 12) was measured as a third candidate in all 72 cells, with its grid rule: its W1 is
 1.34x auto's (geometric mean; 1.89x for d = 1, 1.19x for d = 2, 1.24x for d = 3) and below
-auto's in 5 cells only, by 0.93-0.97x (airports n = 2000 at eps 0.1 and 2, randhie and smooth-2d
-n = 20000 at eps 2, smooth-3d n = 2000 at eps 0.5), within the spread over seeds and never
-separable by a rule in d and eps * noisy_rows from cells of the same d and eps * n where it is
-1.1-2.2x behind (clustered, randhie, diamonds). So auto never chooses it (NEVER; the report's
-rule says so); `--mechanism psmm` remains for its a-priori bound.
+auto's in 5 cells only, by 0.93-0.97x. In three of them (airports n = 2000 at eps 0.1 and 2,
+smooth-3d n = 2000 at eps 0.5) hierarchy, the other candidate, is lower still; the other two are
+n = 20000 cells at eps 2 near the subsample estimator's floor (randhie 0.0144 against 0.0150,
+smooth-2d 0.0140 against 0.0145). No rule in d and eps * noisy_rows separates them from the cells
+of the same d and eps * n where PSMM is 1.1-2.2x behind (clustered, randhie, diamonds). So auto
+never chooses it (NEVER; the report's rule says so); `--mechanism psmm` remains for its a-priori
+bound.
 
 Any d runs (tests/test_mechanisms_highdim.py goes to 10,000 columns); the rule was not measured
 beyond d = 5. In high dimensions both candidates cut only some columns, uniform on the others:
