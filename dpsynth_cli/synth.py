@@ -51,9 +51,11 @@ PLAN_RULES: dict[str, str] = {
     "capped at 24 (Corollary 3.11); per-level discrete Laplace scales by eq. (3.7)",
     "privtree": "start level, split threshold and bias from eps, d and noisy_rows "
     "(privtree.POLICY); structure and leaf counts share the mechanism epsilon",
-    "psmm": "a grid of k^d cubic cells with k^d about eps_mechanism * noisy_rows / sensitivity "
-    "(Corollary 3.7), capped (psmm.plan); noisy counts projected onto the closest probability "
-    "measure by an exact min-cost flow (corrected Algorithm 2)",
+    "psmm": "a grid of k^d cubic cells, k^d about 0.5 (eps_mechanism * noisy_rows / "
+    "sensitivity)^(2/3) for d = 1, half of eps_mechanism * noisy_rows / sensitivity for d = 2, "
+    "all of it for d >= 3 (Corollary 3.7), capped (psmm.GRID_RULE, psmm.plan); noisy counts "
+    "projected onto the closest probability measure by an exact min-cost flow (corrected "
+    "Algorithm 2)",
     "hierarchy": "finest grid about c_d (eps * noisy_rows / sensitivity)^(1/(d+1)) cells per "
     "axis, a band of coarser levels above it (hierarchy.RESOLUTION, hierarchy.LEVELS)",
 }

@@ -37,14 +37,18 @@ def clusters(n, d, seed):
     return np.clip(centre + rng.normal(0, 0.1, (n, d)), 0, 1)
 
 
-def test_plan_reads_only_public_values_and_follows_corollary_3_7():
+def test_plan_reads_only_public_values_and_follows_the_grid_rule():
     p = psmm.plan(1000, Fraction(1, 2), 2, "add-remove")
-    assert p.k == round((psmm.RESOLUTION * 500) ** 0.5) and p.normaliser == 1000
+    assert p.k == round((0.5 * 500) ** 0.5) and p.normaliser == 1000  # d = 2: m = eps n / 2
     assert p.scale == 2
     r = psmm.plan(1000, Fraction(1, 2), 2, "replace")
     assert r.sensitivity == 2 and r.scale == 4 and r.k**2 < p.k**2
     assert psmm.plan(-5, Fraction(1), 3, "add-remove") == psmm.PsmmPlan(3, 1, Fraction(1), 1, 0)
     assert psmm.plan(10**9, Fraction(1), 2, "add-remove").cells <= 1 << psmm.CELL_CAP_LOG2
+    assert psmm.plan(8000, Fraction(1), 1, "add-remove").k == 200  # d = 1: 0.5 (eps n)^(2/3)
+    assert psmm.plan(8000, Fraction(1), 3, "add-remove").k == 20  # d >= 3: eps n (Cor. 3.7)
+    rule = psmm.plan(8000, Fraction(1), 1, "add-remove").to_json()["grid_rule"]
+    assert rule.startswith("m = k^d about 0.5 * (eps * noisy_rows / sensitivity)^0.667")
 
 
 def test_run_spends_epsilon_once_and_releases_n_points_in_the_cube():
@@ -101,11 +105,12 @@ def test_noise_term_is_the_dyadic_chaining_sum():
 
 
 @pytest.mark.parametrize("d", [1, 2, 3])
-def test_bound_falls_at_the_corollary_3_7_rate(d):
+def test_bound_falls_at_the_grid_rules_rate(d):
+    """Corollary 3.7's rates for d >= 2; (eps n)^(-2/3) for d = 1 with m ~ (eps n)^(2/3)."""
     ratios = []
     for eps_n in (10**3, 10**5):
         pp = psmm.plan(eps_n, Fraction(1), d, "add-remove")
-        rate = {1: eps_n**-0.5, 2: math.log(eps_n) * eps_n**-0.5}.get(d, eps_n ** (-1 / d))
+        rate = {1: eps_n ** (-2 / 3), 2: math.log(eps_n) * eps_n**-0.5}.get(d, eps_n ** (-1 / d))
         ratios.append(psmm.theorem_bound(pp, eps_n) / rate)
     assert 0.3 < ratios[1] / ratios[0] < 3  # the rate holds up to a constant
 

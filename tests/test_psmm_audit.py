@@ -37,8 +37,10 @@ def stream(name: str) -> noise.RandomSource:
 
 
 def grid_plan(relation: str) -> psmm.PsmmPlan:
+    """The real plan at a noisy count for which the 1-D grid rule gives CELLS cells."""
     sens = 2 if relation == "replace" else 1
-    pp = psmm.plan(CELLS * sens, EPS, 1, relation)
+    factor, power = psmm.GRID_RULE[1]
+    pp = psmm.plan(round((CELLS / factor) ** (1 / power)) * sens, EPS, 1, relation)
     assert pp.k == CELLS
     return pp
 

@@ -25,10 +25,11 @@ def centres(shape: tuple[int, ...]) -> np.ndarray:
 
 
 def literal_lp(
-    nu: np.ndarray, reps: np.ndarray, misprinted: bool = False
-) -> tuple[float, np.ndarray]:
+    nu: np.ndarray, reps: np.ndarray, misprinted: bool = False, limit: float | None = None
+) -> tuple[float | None, np.ndarray | None]:
     """min sum_{i!=j} d_ij u_ij + 2 sum v_i s.t. sum_j u_ij - sum_j u_ji + v_i + tau_i >= nu_i,
-    sum tau = 1, all >= 0; returns (optimum, tau). `misprinted`: u_ij in row i only."""
+    sum tau = 1, all >= 0; returns (optimum, tau). `misprinted`: u_ij in row i only. `limit`:
+    HiGHS's time limit in seconds ((None, None) when it is reached; benchmarks only)."""
     m = nu.size
     dist = np.abs(reps[:, None, :] - reps[None, :, :]).max(-1)
     i, j = np.nonzero(~np.eye(m, dtype=bool))
@@ -49,7 +50,12 @@ def literal_lp(
     width = n_u + 2 * m
     a_ub = coo_array((vals, (rows, cols)), shape=(m, width)).tocsr()
     a_eq = coo_array((np.ones(m), (np.zeros(m, dtype=int), n_u + m + cells)), shape=(1, width))
-    res = linprog(cost, A_ub=a_ub, b_ub=-nu, A_eq=a_eq, b_eq=[1.0], bounds=(0, None))
+    options = {} if limit is None else {"time_limit": limit}
+    res = linprog(
+        cost, A_ub=a_ub, b_ub=-nu, A_eq=a_eq, b_eq=[1.0], bounds=(0, None), options=options
+    )
+    if limit is not None and res.status == 1:
+        return None, None
     assert res.status == 0, res.message
     return float(res.fun), res.x[n_u + m :]
 
@@ -79,23 +85,28 @@ def available(backend: str) -> None:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_flow_optimum_equals_the_literal_lp_on_60_instances(backend):
+def test_flow_optimum_equals_the_literal_lp_on_90_instances(backend):
+    """Issue 12: equal optima (1e-9 relative) on >= 50 instances that reach the flow solver
+    (positive mass above N; the rest are cost 0 without a solve), and in each of d = 1, 2, 3
+    solved instances with noisy mass below 1 and with one positive cell only."""
     available(backend)
-    rng = np.random.default_rng(35)
-    kinds = set()
-    for t in range(60):
+    rng, ties = np.random.default_rng(35), np.random.default_rng(36)
+    solved = []
+    for t in range(90):
         c, n = random_instance(t, rng)
         reference, _ = literal_lp(c.reshape(-1) / n, centres(c.shape))
         for tie in transport.TIES:
-            p = transport.closest_probability(c, n, rng, tie=tie, backend=backend)
+            p = transport.closest_probability(c, n, ties, tie=tie, backend=backend)
             assert p.multiplicities.sum() == n and (p.multiplicities >= 0).all()
             assert p.multiplicities.dtype == np.int64
             assert abs(p.objective - reference) <= 1e-9 * max(abs(reference), 1e-300) or (
                 abs(reference) < 1e-12 and p.objective == 0
             )
-        kinds.add((c.ndim, "mass < 1" if c.sum() < n else "", (c < 0).sum() == c.size - 1))
+        if p.backend == backend:
+            solved.append((c.ndim, c.sum() < n, (c < 0).sum() == c.size - 1))
+    assert len(solved) >= 50
     for d in (1, 2, 3):
-        assert any(k[0] == d and k[1] for k in kinds) and any(k[0] == d and k[2] for k in kinds)
+        assert any(k[0] == d and k[1] for k in solved) and any(k[0] == d and k[2] for k in solved)
 
 
 def test_the_misprinted_lp_gives_a_smaller_optimum():

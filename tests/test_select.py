@@ -78,3 +78,13 @@ def test_auto_in_high_dimensions_is_the_chosen_mechanism(monkeypatch, name):
     assert auto.description["selected_by"]["chosen"] == name
     assert np.array_equal(auto.points, direct.points) and auto.points.shape[1] == d
     assert abs(auto.points.shape[0] - 800) < 200
+
+
+def test_psmm_was_measured_and_is_never_chosen():
+    """Issue 12: PSMM is behind auto's choice in the accuracy benchmark (select.py docstring);
+    the rule in the report names it."""
+    assert "never psmm" in select.rule_text()
+    for d in (1, 2, 3, 8):
+        for noisy in (-3, 0, 10, 400, 10**4, 10**8):
+            assert select.choose(d, Fraction(1), noisy, "add-remove") in select.CANDIDATES
+    assert "psmm" not in select.CANDIDATES

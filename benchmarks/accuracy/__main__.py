@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.accuracy import docs, peers, report, run, tables
+from benchmarks.accuracy import docs, peers, report, reuse, run, tables
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = ROOT / "benchmarks" / "out" / "accuracy"
@@ -48,6 +48,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="METHOD=N,...: run METHOD only for n <= N (e.g. mst=2000,aim=2000)",
     )
     p.add_argument("--resume", action="store_true", help="keep raw.jsonl, run only missing jobs")
+    p.add_argument(
+        "--reuse-docs",
+        type=_csv,
+        default=[],
+        help="METHOD,...: where this run does not measure METHOD, take its figures from the "
+        "block now in docs/benchmarks.md (e.g. mst,aim: no peer environment needed)",
+    )
     p.add_argument("--write-docs", action="store_true", help="update docs/benchmarks.md")
     args = p.parse_args(argv)
     if args.quick:
@@ -122,8 +129,13 @@ def main(argv: list[str] | None = None) -> int:
     run.execute(jobs, raw_path, args.jobs)
     wall = time.perf_counter() - start
 
+    kept = [m for m in args.reuse_docs if m not in chosen]  # their earlier runs in raw count
     wanted = {
-        (t, n, e, m) for t in selected for m in pairs[t] for n in wanted_n(m) for e in args.eps
+        (t, n, e, m)
+        for t in selected
+        for m in pairs[t] + kept
+        for n in wanted_n(m)
+        for e in args.eps
     }
     latest: dict[tuple, dict] = {}  # one record per job: the last success, else the last try
     for r in run.read_raw(raw_path):
@@ -134,7 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = report.aggregate(list(latest.values()))
     args.compute_s = sum(r.get("synth_s", 0.0) + r.get("w1_s", 0.0) for r in latest.values())
     args.commits = sorted({r.get("commit", "commit not recorded") for r in latest.values()})
-    order = [m for m in registry if m in chosen]
+    if args.reuse_docs:
+        rows = carry_over(args, rows, registry, notes)
+    order = [m for m in registry if m in chosen or m in args.reuse_docs]
     default = peers.default_mechanism()
     plot = report.plot(rows, order, args.out / "w1_vs_eps.png")
     section = docs.section(args, rows, ours, default, order, notes, wall, registry)
@@ -148,6 +162,34 @@ def main(argv: list[str] | None = None) -> int:
             shutil.copyfile(plot, docs.DOCS_IMG)
         print(docs.write(section), file=sys.stderr)
     return 0
+
+
+def carry_over(args, rows: list[dict], registry: dict, notes: list[str]) -> list[dict]:
+    """`rows` plus the docs block's rows of --reuse-docs methods for the cells of this run's
+    grid that it did not measure (noted in the section, with the block's commits)."""
+    block = reuse.block_text()
+    measured = {(r["table"], r["n"], r["eps"], r["method"]) for r in rows if r["runs"]}
+    grid = {(t, n, float(e)) for t in args.tables for n in args.n for e in args.eps}
+    kinds = {m: registry[m].kind for m in args.reuse_docs}
+    old = [
+        r
+        for r in reuse.rows(args.reuse_docs, kinds, block)
+        if (r["table"], r["n"], r["eps"]) in grid
+        and (r["table"], r["n"], r["eps"], r["method"]) not in measured
+    ]
+    carried = sorted({r["method"] for r in old}, key=list(registry).index)
+    if carried:
+        old_commits = reuse.commits(block)
+        notes.append(
+            f"not rerun, figures carried over from the previous generated block (measured at "
+            f"{' and '.join(old_commits)}; its mean seconds are pooled per method and n): "
+            f"{', '.join(carried)}"
+        )
+        args.commits = sorted(set(args.commits) | {f"{c} (carried over)" for c in old_commits})
+    return sorted(
+        [r for r in rows if r["runs"] or r["method"] not in kinds] + old,
+        key=lambda r: (r["table"], r["n"], r["eps"], r["method"]),
+    )
 
 
 if __name__ == "__main__":

@@ -109,7 +109,7 @@ def section(args, rows, ours, default, order, notes, wall, registry) -> str:
             kind = t.rsplit("-", 1)[0]
             lines.append(f"- `{t}`: {tables.SYNTHETIC_DESCRIPTIONS[kind]}")
     if notes:
-        lines += ["", "Skipped:", "", *[f"- {n}" for n in dict.fromkeys(notes)]]
+        lines += ["", "Notes:", "", *[f"- {n}" for n in dict.fromkeys(notes)]]
     failed = [r for r in rows if r["failed"]]
     if failed:
         lines += ["", "Failed runs:", ""]

@@ -3,9 +3,9 @@
 Algorithm 1 on the unit cube with the L-infinity metric:
 1. Partition [0,1]^d into m = k^d cubic cells of side 1/k (x = 1 goes to the last cell); the
    representative y_i of a cell is its centre. k is fixed before any data is read, from
-   epsilon, d, the relation and the *noisy* row count (the true n is private under add/remove):
-   m is about RESOLUTION * eps * n / sens (Corollary 3.7 takes m = ceil(eps n)), k rounded in
-   log scale, and k^d <= 2^CELL_CAP_LOG2 (the solver's time budget).
+   epsilon, d, the relation and the *noisy* row count (the true n is private under add/remove)
+   by the grid rule below, k rounded in log scale, and k^d <= 2^CELL_CAP_LOG2 (the solver's
+   time budget).
 2. Noisy counts c_i = n_i + lambda_i with exact discrete Laplace noise of scale sens/eps.
 3. The signed measure nu_i = c_i / N is normalised by the noisy row count N (never the true n).
 4. The d_BL-closest probability measure (corrected Algorithm 2, `transport.py`): an integer
@@ -30,9 +30,21 @@ for any f with |f| <= 1 and Lipschitz constant 1, telescoping f(y_i) through the
 blocks holding cell i gives |sum_i f(y_i) lambda_i| <= |lambda(grid)| + sum_j sum_{B at level j}
 min(2, (2^(j+1) - 1)/k) |lambda(B)|, and E|lambda(B)| <= sqrt(|B| Var), Var = 2p/(1-p)^2,
 p = exp(-1/scale). Divided by N this bounds E d_BL(mu_Y, nu) when N = n, so, like PMM, the
-report gives the bound evaluated at the noisy count. Its rate is Corollary 3.7's: (eps n)^(-1/2)
-for d = 1, log(eps n) (eps n)^(-1/2) for d = 2, (eps n)^(-1/d) for d >= 3. The solver is exact
+report gives the bound evaluated at the noisy count. With the grid rule below its rate is
+(eps n)^(-2/3) for d = 1 (Corollary 3.7's m = eps n gives (eps n)^(-1/2)), and Corollary 3.7's
+log(eps n) (eps n)^(-1/2) for d = 2 and (eps n)^(-1/d) for d >= 3. The solver is exact
 (optimality gap 0); a gap g would add 2g to the bound (`w1_bound`).
+
+Grid rule (chosen on purpose, `target_cells`). With s = eps * noisy_rows / sens, Corollary 3.7
+takes m = s. Balancing the two terms of the bound above (1/(2k) against the chaining sum, about
+sqrt(k), k log k and k^(d-1) times the noise sd, over n) gives k ~ s^(2/3) for d = 1,
+k^2 log k ~ s for d = 2 and k^d ~ s for d >= 3: Corollary 3.7's order is right from d = 3 only.
+The constants are measured (benchmarks/psmm_grid.py, docs/benchmarks.md "PSMM grid size": exact
+W1, same noise seeds, smooth, clustered and real tables, eps 0.5-2): m = 0.5 s^(2/3) for d = 1
+(0.16x the W1 of m = s, geometric mean over 12 cells, n = 2000 and 20000), m = 0.5 s for d = 2
+(0.88x over 12 cells, worst 1.17x; 0.25 s is even on average but worst 1.50x, 2 s is 1.2-1.5x
+worse; finer suits clustered tables, coarser smooth ones) and m = s for d >= 3 (the best
+geometric mean over 9 cells: 2 s gives 1.02x, 0.5 s 1.04x, 0.25 s 1.18x).
 """
 
 from __future__ import annotations
@@ -61,7 +73,9 @@ CELL_CAP_LOG2 = 17  # at most 131072 cells: about 20-30 s for the exact flow (do
 # King-move arcs number about (3k)^d; beyond this cap (d >= 8 with k = 2) k drops, down to a
 # single cell, whose release is the uniform measure: slow is acceptable, a hang is not.
 ARC_CAP_LOG2 = 24
-RESOLUTION = 1.0  # m = RESOLUTION * eps * n / sens cells (Corollary 3.7: 1)
+# Grid rule: d -> (factor a, power p), m = a * (eps * noisy_rows / sens)^p cells (docstring).
+GRID_RULE: dict[int, tuple[float, float]] = {1: (0.5, 2 / 3), 2: (0.5, 1.0)}
+GRID_RULE_DEFAULT = (1.0, 1.0)  # d >= 3: Corollary 3.7's m = eps n
 PLACEMENTS = ("linear", "uniform", "centre")
 PLACEMENT = "linear"
 
@@ -91,8 +105,8 @@ class PsmmPlan:
             "cells_per_axis": self.k,
             "cells": self.cells,
             "cell_cap": 1 << CELL_CAP_LOG2,
-            "grid_rule": f"m = k^d about {RESOLUTION:g} * eps * noisy_rows / sensitivity "
-            "(Corollary 3.7), k rounded in log scale, cubic cells, centres as representatives",
+            "grid_rule": grid_rule_text(self.d) + ", k rounded in log scale, cubic cells, "
+            "centres as representatives",
             "noise_scale": float(self.scale),
             "noise": "discrete Laplace, exact rational scale sensitivity/eps, every cell",
             "normaliser": self.normaliser,
@@ -100,10 +114,21 @@ class PsmmPlan:
         }
 
 
+def grid_rule_text(d: int) -> str:
+    factor, power = GRID_RULE.get(d, GRID_RULE_DEFAULT)
+    exponent = "" if power == 1 else f"^{power:.3g}"
+    return f"m = k^d about {factor:g} * (eps * noisy_rows / sensitivity){exponent}"
+
+
+def target_cells(noisy_n: int, epsilon: Fraction, d: int, sensitivity: int) -> float:
+    """The grid rule's m (module docstring) for public values, at least 1."""
+    factor, power = GRID_RULE.get(d, GRID_RULE_DEFAULT)
+    return max(factor * (float(epsilon) / sensitivity * max(noisy_n, 1)) ** power, 1.0)
+
+
 def cells_per_axis(noisy_n: int, epsilon: Fraction, d: int, sensitivity: int) -> int:
-    """k with k^d about RESOLUTION eps n / sens (log-rounded), at least 1, k^d under the cap."""
-    target = RESOLUTION * float(epsilon) / sensitivity * max(noisy_n, 1)
-    k = max(1, round(max(target, 1.0) ** (1.0 / d)))
+    """k with k^d about the grid rule's m (log-rounded), at least 1, k^d under the caps."""
+    k = max(1, round(target_cells(noisy_n, epsilon, d, sensitivity) ** (1.0 / d)))
     while k > 1 and (k**d > 1 << CELL_CAP_LOG2 or (k * 3) ** d > 1 << ARC_CAP_LOG2):
         k -= 1
     return k
