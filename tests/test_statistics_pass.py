@@ -160,6 +160,29 @@ def test_split_batches_puts_rows_in_uniformly_random_order() -> None:
     assert np.all(np.abs(share - sizes / 1000) < 4.5 * se + 1e-9), share
 
 
+@pytest.mark.parametrize("c", [0, 1, 7, 40, 64, 65, 300])
+def test_fair_halves_are_binomial_half(c: int) -> None:
+    """Popcount of c random bits (c <= 64) and numpy's binomial (c > 64) both draw
+    Binomial(c, 1/2): chi-square against the exact pmf over 100,000 draws (p > 1e-4), the
+    mean and variance within 5 standard errors. A wrong mask (one bit too many) fails."""
+    from scipy import stats
+
+    from dpsynth_cli.mechanisms.base import fair_halves
+
+    draws = fair_halves(np.full(100_000, c), np.random.default_rng(c))
+    assert draws.min() >= 0 and draws.max() <= c
+    assert abs(draws.mean() - c / 2) < 5 * np.sqrt(c / 4 / draws.size) + 1e-12
+    if c:
+        pmf = stats.binom.pmf(np.arange(c + 1), c, 0.5)
+        keep = pmf * draws.size >= 5  # cells with enough expected counts; the rest pooled
+        seen = np.bincount(draws, minlength=c + 1)
+        observed = np.r_[seen[keep], seen[~keep].sum()]
+        expected = np.r_[pmf[keep], pmf[~keep].sum()] * draws.size
+        nonzero = expected > 0
+        chi2 = stats.chisquare(observed[nonzero], expected[nonzero])
+        assert chi2.pvalue > 1e-4, chi2
+
+
 def test_progress_counts_rows_per_pass_on_a_terminal_and_is_silent_otherwise() -> None:
     from dpsynth_cli.console import Feedback
 
