@@ -9,13 +9,16 @@ components to original column units. Never a per-row projection of the private d
 Budget (decided before any data is read; n is private under add/remove):
 - laplace-cov (pure eps): noisy count 5%, then mechanisms.moments (S1 30%, S2 70% of the rest).
 - Gaussian methods: rho = the largest rho whose CKS conversion is (eps, delta)-DP; count 5% of
-  rho (discrete Gaussian), private first moment 15% (the centre), the method 80%.
+  rho (discrete Gaussian), private first moment 15% (the centre), the method 80%. dp-gauss-2
+  first sets aside GAP_EPS_SHARE of eps (its pure-eps Laplace eigengap) and PTR_DELTA_SHARE of
+  delta (its test's failure probability); rho is then found for what remains.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -29,7 +32,6 @@ from dpsynth_cli.privacy import noise
 from dpsynth_cli.privacy.ledger import Ledger, Spend, rho_for, round_down
 
 METHODS = ("k-dp-pca", "k-dp-ojas", "laplace-cov", "dp-gauss-1", "dp-gauss-2", "dp-power", "auto")
-IMPLEMENTED = ("k-dp-pca", "k-dp-ojas", "laplace-cov", "dp-gauss-1")
 COUNT_SHARE = 0.05
 MEAN_SHARE = 0.15
 FIRST_SHARE = 0.30  # laplace-cov: S1's share after the count (as synth --dim)
@@ -49,7 +51,9 @@ class PcaResult:
         return {
             **self.description,
             "components_unit_cube": self.components.tolist(),
-            "eigenvalues_unit_cube": self.eigenvalues.tolist(),
+            "eigenvalues_unit_cube": [
+                None if np.isnan(v) else v for v in self.eigenvalues.tolist()
+            ],
             "explained_variance_ratio": ev,
             "centre_unit_cube": self.centre.tolist(),
             "privacy": self.ledger.to_json(),
@@ -81,8 +85,6 @@ def validate(k: int, d: int, method: str, epsilon: float, delta: float) -> None:
         raise UsageError("--method laplace-cov is pure eps-DP: use --delta 0")
     if not (0 <= delta < 1):
         raise UsageError("--delta must be in [0, 1)")
-    if method not in IMPLEMENTED + ("auto",):
-        raise UsageError(f"--method {method} is not implemented yet")
 
 
 def run_pca(
@@ -139,7 +141,10 @@ def _record(ledger, step, mech, rho, desc, sens):
 
 
 def _gaussian(X, k, method, eps, delta, ledger, source):
-    rho = rho_for(eps, delta)
+    eps_gap, delta_p = Fraction(0), 0.0
+    if method == "dp-gauss-2":
+        eps_gap, delta_p = round_down(eps * methods.GAP_EPS_SHARE), delta * methods.PTR_DELTA_SHARE
+    rho = rho_for(float(Fraction(eps) - eps_gap), delta - delta_p)
     rho_count, rho_mean = rho * COUNT_SHARE, rho * MEAN_SHARE
     rho_main = rho - rho_count - rho_mean
     rel = ledger.relation
@@ -164,17 +169,24 @@ def _gaussian(X, k, method, eps, delta, ledger, source):
     else:
         box = np.maximum(centre, 1 - centre)
         st = Stream.of(X - centre, float((box**2).sum()), box=box)
-        fn = methods.k_dp_ojas if method == "k-dp-ojas" else methods.k_dp_pca
-        res = fn(st, k, rho_main, rel, n_hat, source.spawn("method"))
-        total = None
-    _record(
-        ledger,
-        method,
-        f"{method} (slots compose in parallel)",
-        rho_main,
-        {"steps": len(res.steps), "first": res.steps[0] if res.steps else {}},
-        res.steps[0].get("l2_sensitivity", 0.0) if res.steps else 0.0,
-    )
+        src, total = source.spawn("method"), None
+        if method == "dp-gauss-2":
+            res = methods.dp_gauss_2(st, k, eps_gap, delta_p, rho_main, rel, src)
+            gap = res.steps[0]
+            ledger.record(
+                Spend("eigengap", "noisy eigengap (PTR test)", eps_gap, gap["l1_sensitivity"], gap)
+            )
+        elif method == "dp-power":
+            res = methods.dp_power(st, k, rho_main, rel, src)
+            res.eigenvalues = res.eigenvalues / n_hat
+        else:
+            fn = methods.k_dp_ojas if method == "k-dp-ojas" else methods.k_dp_pca
+            res = fn(st, k, rho_main, rel, n_hat, src)
+    gaussian = [r for r in res.steps if "rho" in r]
+    sens = gaussian[0].get("l2_sensitivity", 0.0) if gaussian else 0.0
+    summary = {"steps": len(gaussian), "first": gaussian[0] if gaussian else {}}
+    mech = f"{method} (slots compose in parallel)" if method.startswith("k-") else method
+    ledger.record(Spend(method, mech, 0, sens, summary, delta=delta_p, rho=rho_main))
     return res, centre, total
 
 
