@@ -3,8 +3,8 @@ Lambda = diag(10, 5) (the paper leaves lambda_2 open), eps = 1, delta = 0.01, ev
 Utility: Definition 1's captured-variance ratio <U U^T, S> / <V_k V_k^T, S> and zeta =
 sqrt(1 - ratio). n is public here, as in the paper.
 
-    python -m benchmarks.pca_replication run FIRST LAST N [N ...]  (trials FIRST..LAST-1, appended to OUT)
-    python -m benchmarks.pca_replication report                 (table + docs/img plot from OUT)
+    python -m benchmarks.pca_replication run FIRST LAST N [N ...]  (trials FIRST..LAST-1 -> OUT)
+    python -m benchmarks.pca_replication report   (table + docs/img plot from OUT)
 """
 
 from __future__ import annotations

@@ -67,3 +67,14 @@ def noisy_integers(
     s2 = noise.variance_up(delta_units**2 / (2 * rho))
     noisy = total + noise.discrete_gaussian(source, s2, total.size)
     return GaussRelease(noisy * unit, unit, math.sqrt(float(s2)) * unit, delta_units * unit)
+
+
+def noisy_statistic(
+    values: np.ndarray, sens: float, rho: float, source: noise.RandomSource
+) -> GaussRelease:
+    """A real vector statistic of L2 sensitivity `sens` (value units) with rho-zCDP: rounded to
+    the grid g, which moves each of its m entries by < g/2 on each neighbour, so the integer
+    vector has L2 sensitivity sens / g + sqrt(m) (grid units)."""
+    g = grid_for(sens / math.sqrt(2 * rho))
+    units = np.rint(np.asarray(values, dtype=np.float64).ravel() / g)
+    return noisy_integers(units, sens / g + math.sqrt(units.size), g, rho, source)

@@ -138,6 +138,11 @@ def ptr_floor(noisy_gap: float, desc: dict, delta_p: float, shift: float) -> flo
     return noisy_gap - t - desc["grid"] - shift
 
 
+def projector_sensitivity(shift: float, floor: float) -> float:
+    """Frobenius bound on ||V V^T - V' V'^T|| when the gap is >= floor and ||E||_F <= shift."""
+    return 2 * math.sqrt(2) * shift / floor
+
+
 def dp_gauss_2(
     stream: Stream, k: int, eps_gap: Fraction, delta_p: float, rho: float, relation: str, src
 ) -> MethodResult:
@@ -154,8 +159,9 @@ def dp_gauss_2(
       delta_p. If floor <= 0 the method releases a uniformly random subspace (no data).
     - projector: Davis-Kahan in Yu, Wang & Samworth's form, ||sin Theta||_F <= 2 ||E||_F /
       gap, with ||V V^T - V' V'^T||_F = sqrt(2) ||sin Theta||_F and ||E||_F <= f beta^2 gives
-      Frobenius (so upper-triangle L2) sensitivity S = 2 sqrt(2) f beta^2 / floor. Gridded
-      discrete Gaussian on the upper triangle: rho-zCDP given a passed test, so the step is
+      Frobenius (so upper-triangle L2) sensitivity S = 2 sqrt(2) f beta^2 / floor
+      (projector_sensitivity). gauss.noisy_statistic on the upper triangle: rho-zCDP given a
+      passed test, so the step is
       delta_p-approximately rho-zCDP (the ledger adds delta_p to delta).
     Appendix G's Delta_2 = beta^2 (1 + sqrt(2 log(1/delta))/eps) / |g_k - 2(1 + log(1/delta)
     /eps)| mixes units (its offset is not scaled by beta^2); we calibrate from S instead."""
@@ -172,12 +178,8 @@ def dp_gauss_2(
         q, _ = np.linalg.qr(src.spawn("random").numpy_generator().standard_normal((d, k)))
         return MethodResult(q.T.copy(), np.full(k, np.nan), info, steps)
     iu = np.triu_indices(d)
-    sens = 2 * math.sqrt(2) * shift / floor
-    g = gauss.grid_for(sens / math.sqrt(2 * rho))
     proj = vecs[:, :k] @ vecs[:, :k].T
-    # rounding the statistic moves each entry by < g/2 on each side: + sqrt(m) grid units
-    units = np.rint(proj[iu] / g)
-    rel = gauss.noisy_integers(units, sens / g + math.sqrt(units.size), g, rho, src.spawn("proj"))
+    rel = gauss.noisy_statistic(proj[iu], projector_sensitivity(shift, floor), rho, src.spawn("p"))
     M = np.zeros((d, d))
     M[iu] = rel.value
     comps, _ = top_k(M + np.triu(M, 1).T, k)
@@ -194,9 +196,7 @@ def power_step(XY: np.ndarray, beta2: float, rho: float, relation: str, src) -> 
     under replace); the product is rounded to the grid g (+ sqrt(m) units) and gets a gridded
     discrete Gaussian: rho-zCDP."""
     sens = gauss.relation_factor(relation) * beta2
-    g = gauss.grid_for(sens / math.sqrt(2 * rho))
-    units = np.rint(XY.ravel() / g)
-    return gauss.noisy_integers(units, sens / g + math.sqrt(units.size), g, rho, src)
+    return gauss.noisy_statistic(XY, sens, rho, src)
 
 
 def dp_power(stream: Stream, k: int, rho: float, relation: str, src) -> MethodResult:
