@@ -68,7 +68,9 @@ def second_moment_sum(stream: Stream) -> tuple[np.ndarray, float, float]:
     its L2 sensitivity (upper triangle, grid units) under add/remove one sample."""
     h = _factor_grid(stream)
     root = np.sqrt(stream.c)
-    q = np.rint(stream.Z * root[:, None] / h)
+    # in place, one temporary: rows with c = 1 (every tabular row) skip the scaling
+    q = stream.Z / h if bool((stream.c >= 1.0).all()) else stream.Z * (root[:, None] / h)
+    np.rint(q, out=q)
     upper = dsyrk(1.0, q.T, trans=0)  # exact: integer products and sums far below 2^53
     total = np.triu(upper) + np.triu(upper, 1).T
     if stream.F.shape[1]:
