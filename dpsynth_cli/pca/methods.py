@@ -225,9 +225,23 @@ def dp_power(stream: Stream, k: int, rho: float, relation: str, src) -> MethodRe
 # -- deflation with fresh slots (Algorithm 1 / Algorithm 4) --------------------------------------
 
 
-def _random_unit(src: noise.RandomSource, P: np.ndarray, d: int) -> np.ndarray:
+class Projector:
+    """P = I - U^T U for the orthonormal rows U found so far, applied in O(d k) per vector
+    (x P = x - (x U^T) U, rows or vectors) instead of the dense d x d product."""
+
+    def __init__(self, d: int) -> None:
+        self.U = np.zeros((0, d))
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return x - (x @ self.U.T) @ self.U
+
+    def remove(self, u: np.ndarray) -> None:
+        self.U = np.vstack([self.U, u])
+
+
+def _random_unit(src: noise.RandomSource, P: Projector, d: int) -> np.ndarray:
     """omega_0 = P w / ||P w||, w uniform on the sphere (post-processing randomness)."""
-    w = P @ src.numpy_generator().standard_normal(d)
+    w = P(src.numpy_generator().standard_normal(d))
     return w / max(np.linalg.norm(w), 1e-300)
 
 
@@ -238,7 +252,7 @@ def _deflate(stream, k, steps_per_round, n_hat, step_fn, src, halves=1) -> Metho
     slots = k * steps_per_round * halves
     members = slot_members(slot_labels(src.spawn("slots"), stream.n, slots), slots)
     batch = max(n_hat, 1) / slots  # public expected slot size (noisy count / slots)
-    P = np.eye(d)
+    P = Projector(d)
     comps, vals, records = [], [], []
     for i in range(k):
         w = _random_unit(src.spawn(f"start{i}"), P, d)
@@ -248,11 +262,11 @@ def _deflate(stream, k, steps_per_round, n_hat, step_fn, src, halves=1) -> Metho
             idx = [members[s + j] for j in range(halves)]
             g, rec = step_fn(stream, P, w, idx, batch, t, state, src.spawn(f"r{i}t{t}"))
             records.extend(rec)
-            w_new = P @ (w + state["eta"] * (P @ g))
+            w_new = P(w + state["eta"] * P(g))
             w = w_new / max(np.linalg.norm(w_new), 1e-300)
         comps.append(w)
         vals.append(state["lam"] or 0.0)
-        P = P - np.outer(w, w)
+        P.remove(w)
     U = np.array(comps)
     U, _ = np.linalg.qr(U.T)  # tidy numerical drift (post-processing)
     return MethodResult(
@@ -276,7 +290,7 @@ def k_dp_ojas(stream: Stream, k: int, rho: float, relation: str, n_hat: int, src
     bound = stream.beta2
 
     def step(stream, P, w, idx, batch, t, state, s):
-        g = stream.grads(idx[0], P @ w) @ P
+        g = P(stream.grads(idx[0], P(w)))
         norms = np.linalg.norm(g, axis=1)
         g = g * np.minimum(1.0, bound / np.maximum(norms, 1e-300))[:, None]
         rel = gauss.noisy_sum(g, bound, rho, relation, s.spawn("sum"))
@@ -359,10 +373,10 @@ def k_dp_pca(stream: Stream, k: int, rho: float, relation: str, n_hat: int, src)
     T = max(1, int(max(n_hat, 1) / (k * B)))
 
     def step(stream, P, w, idx, batch, t, state, s):
-        pw = P @ w
-        g_range = stream.grads(idx[0], pw) @ P
+        pw = P(w)
+        g_range = P(stream.grads(idx[0], pw))
         lam_hat, d1 = priv_range(g_range, batch, rho, relation, stream.beta2, s.spawn("range"))
-        g_mean = stream.grads(idx[1], pw) @ P
+        g_mean = P(stream.grads(idx[1], pw))
         guard = 0.0
         if state["centre"] is not None:
             moved = float(np.linalg.norm(w - state["w_prev"]))
