@@ -4,7 +4,8 @@ Utility: Definition 1's captured-variance ratio <U U^T, S> / <V_k V_k^T, S> and 
 sqrt(1 - ratio). n is public here, as in the paper.
 
     python -m benchmarks.pca_replication run FIRST LAST N [N ...]  (trials FIRST..LAST-1 -> OUT)
-    python -m benchmarks.pca_replication report   (table + docs/img plot from OUT)
+    python -m benchmarks.pca_replication dims FIRST LAST N D [D ...]  (sigma 0.001 -> OUT_DIMS)
+    python -m benchmarks.pca_replication report   (tables + docs/img plot from OUT, OUT_DIMS)
 """
 
 from __future__ import annotations
@@ -26,23 +27,24 @@ D, K, LAMS, EPS, DELTA, ZETA = 200, 2, np.array([10.0, 5.0]), 1.0, 0.01, 0.01
 SIGMAS = (0.001, 0.025, 0.1)
 METHODS = ("dp-gauss-1", "dp-gauss-2", "dp-power", "k-dp-ojas", "k-dp-pca")
 OUT = Path("benchmarks/out/pca_replication.csv")
+OUT_DIMS = Path("benchmarks/out/pca_replication_dims.csv")
 PLOT = Path("docs/img/pca_replication.png")
 
 
-def spiked(n, sigma, rng):
-    V, _ = np.linalg.qr(rng.standard_normal((D, K)))
-    return V * np.sqrt(LAMS), sigma * rng.standard_normal((n, D)), V
+def spiked(n, sigma, rng, d=D):
+    V, _ = np.linalg.qr(rng.standard_normal((d, K)))
+    return V * np.sqrt(LAMS), sigma * rng.standard_normal((n, d)), V
 
 
 def ratio(U, V, sigma):
-    S = (V * LAMS) @ V.T + sigma**2 * np.eye(D)
+    S = (V * LAMS) @ V.T + sigma**2 * np.eye(V.shape[0])
     return float(np.trace(U @ S @ U.T) / np.linalg.eigvalsh(S)[::-1][:K].sum())
 
 
-def one(method, n, sigma, trial):
-    rng = np.random.default_rng(1000 * trial + n)
-    F, Z, V = spiked(n, sigma, rng)
-    beta = np.sqrt(LAMS[0]) + sigma * np.sqrt(D * np.log(n / ZETA))  # Appendix G, C = 1
+def one(method, n, sigma, trial, d=D):
+    rng = np.random.default_rng(1000 * trial + n + (d != D) * d)
+    F, Z, V = spiked(n, sigma, rng, d)
+    beta = np.sqrt(LAMS[0]) + sigma * np.sqrt(d * np.log(n / ZETA))  # Appendix G, C = 1
     st = Stream.of(Z, beta**2, F)
     src = noise.RandomSource.seeded(trial).spawn(f"{method}{n}{sigma}")
     rel = "add-remove"
@@ -79,6 +81,34 @@ def run(trials: range, ns: list[int]) -> None:
                         r, secs = one(method, n, sigma, trial)
                         w.writerow([sigma, n, method, trial, f"{r:.6f}", f"{secs:.3f}"])
                         fh.flush()
+
+
+def dims(trials: range, n: int, ds: list[int], sigma: float = 0.001) -> None:
+    """The growth-with-d claim (Figure 1(c)): fixed n and sigma, d varied (OUT_DIMS)."""
+    new = not OUT_DIMS.exists()
+    with OUT_DIMS.open("a", newline="") as fh:
+        w = csv.writer(fh)
+        if new:
+            w.writerow(["d", "n", "sigma", "method", "trial", "ratio", "seconds"])
+        for d in ds:
+            for trial in trials:
+                for method in METHODS:
+                    r, secs = one(method, n, sigma, trial, d)
+                    w.writerow([d, n, sigma, method, trial, f"{r:.6f}", f"{secs:.3f}"])
+                    fh.flush()
+
+
+def report_dims() -> None:
+    cells: dict = {}
+    for r in csv.DictReader(OUT_DIMS.open()):
+        key = (int(r["d"]), int(r["n"]), float(r["sigma"]), r["method"])
+        cells.setdefault(key, []).append(float(r["ratio"]))
+    print("| d | n | sigma | trials | " + " | ".join(METHODS) + " |")
+    print("|---:|---:|---:|---:|" + "---:|" * len(METHODS))
+    for d, n, sigma in sorted({k[:3] for k in cells}):
+        got = [cells.get((d, n, sigma, m), []) for m in METHODS]
+        vals = [f"{np.mean(v):.3f}" if v else "-" for v in got]
+        print(f"| {d} | {n} | {sigma} | {min(len(v) for v in got)} | " + " | ".join(vals) + " |")
 
 
 def report() -> None:
@@ -130,6 +160,11 @@ def report() -> None:
 def main() -> None:
     if sys.argv[1:2] == ["report"]:
         report()
+        if OUT_DIMS.exists():
+            report_dims()
+    elif sys.argv[1:2] == ["dims"]:
+        a = [int(x) for x in sys.argv[2:]]
+        dims(range(a[0], a[1]), a[2], a[3:])
     else:
         run(range(int(sys.argv[2]), int(sys.argv[3])), [int(a) for a in sys.argv[4:]])
 

@@ -140,6 +140,17 @@ def _record(ledger, step, mech, rho, desc, sens):
     ledger.record(Spend(step, mech, 0, sens, noise_desc, rho=rho))
 
 
+def _centred_on_grid(X: np.ndarray) -> np.ndarray:
+    """moments.quantise(X) / 2^STAT_BITS for rows already clipped to [0,1]^d, in place (the
+    same values: rows centred at 1/2 on the 2^-12 grid), one n x d array instead of five."""
+    scale = float(1 << moments.STAT_BITS)
+    q = X - 0.5
+    q *= scale
+    np.rint(q, out=q)
+    q /= scale
+    return q
+
+
 def _gaussian(X, k, method, eps, delta, ledger, source):
     eps_gap, delta_p = Fraction(0), 0.0
     if method == "dp-gauss-2":
@@ -153,8 +164,11 @@ def _gaussian(X, k, method, eps, delta, ledger, source):
     )
     n_hat = max(1, int(cnt.value[0]))
     _record(ledger, "count", "noisy row count", rho_count, cnt.describe(), 1.0)
-    q = moments.quantise(X) / (1 << moments.STAT_BITS)  # rows centred at 1/2, on the 2^-12 grid
-    s1 = gauss.noisy_sum(q, math.sqrt(X.shape[1]) / 2, rho_mean, rel, source.spawn("first"))
+    q = _centred_on_grid(X)
+    first_grid = 2.0**-moments.STAT_BITS
+    s1 = gauss.noisy_sum(
+        q, math.sqrt(X.shape[1]) / 2, rho_mean, rel, source.spawn("first"), rows_grid=first_grid
+    )
     _record(
         ledger, "first-moment", "noisy sum of centred rows", rho_mean, s1.describe(), s1.sensitivity
     )
