@@ -107,7 +107,9 @@ def report_dims() -> None:
     print("|---:|---:|---:|---:|" + "---:|" * len(METHODS))
     for d, n, sigma in sorted({k[:3] for k in cells}):
         got = [cells.get((d, n, sigma, m), []) for m in METHODS]
-        vals = [f"{np.mean(v):.3f}" if v else "-" for v in got]
+        vals = [
+            f"{np.mean(v):.4f} ({np.sqrt(max(0, 1 - np.mean(v))):.3f})" if v else "-" for v in got
+        ]
         print(f"| {d} | {n} | {sigma} | {min(len(v) for v in got)} | " + " | ".join(vals) + " |")
 
 
