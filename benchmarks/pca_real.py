@@ -1,4 +1,4 @@
-"""pca on real tables with public bounds (issue 13): every implemented method's captured-variance
+"""pca on real tables with public bounds (issue 13): every method's captured-variance
 ratio (Definition 1 of the k-DP-PCA paper: tr(U S U^T) over the sum of S's top-k eigenvalues,
 S the table's covariance in unit-cube coordinates, i.e. against non-private PCA), k = 2 and 3,
 eps in {0.5, 1, 2}; Gaussian methods at delta = 1e-6, laplace-cov at delta = 0.
@@ -31,7 +31,7 @@ def captured(U: np.ndarray, S: np.ndarray, k: int) -> float:
 
 def main() -> None:
     trials = int(sys.argv[1]) if len(sys.argv) > 1 else 5
-    methods = [m for m in pca.IMPLEMENTED]
+    methods = [m for m in pca.METHODS if m != "auto"]
     print(f"{trials} trials per cell; mean (min) captured-variance ratio; seconds per run\n")
     print("| table | n | k | eps | " + " | ".join(methods) + " |")
     print("|---|---:|---:|---:|" + "---:|" * len(methods))

@@ -176,7 +176,7 @@ def _components_table(result: Any, in_columns: np.ndarray, specs: list[ColumnSpe
     ev = result.explained_variance
     data: dict[str, Any] = {
         "component": pa.array(np.arange(1, k + 1), pa.int64()),
-        "eigenvalue_unit_cube": pa.array(result.eigenvalues, pa.float64()),
+        "eigenvalue_unit_cube": pa.array(result.eigenvalues, pa.float64(), from_pandas=True),
         "explained_variance": pa.array(
             [None] * k if ev is None else np.asarray(ev, dtype=np.float64), pa.float64()
         ),

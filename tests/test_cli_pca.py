@@ -163,3 +163,24 @@ def test_help_explains_every_option_with_an_example(runner):
     for param in get_command(app).commands["pca"].params:
         if param.param_type_name == "option" and param.name != "help":
             assert "e.g." in (param.help or ""), param.name
+
+
+@pytest.mark.parametrize("method", ["dp-gauss-2", "dp-power"])
+def test_baseline_methods_from_the_cli(runner, tmp_path, method):
+    """The two Appendix G baselines run end to end; dp-gauss-2's eigenvalues are not released
+    (empty cells and JSON null), and its report carries the PTR test's delta share."""
+    src = line_table(tmp_path)
+    out = tmp_path / "pcs.csv"
+    result = pca(
+        runner, src, "--eps", 1, *BOUNDS, "-k", 1, "--delta", "1e-6", "--method", method, "-o", out
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "pcs.csv.report.json").read_text())
+    assert report["method"] == method and report["privacy"]["total_epsilon"] <= 1.0 + 1e-9
+    table = pd.read_csv(out)
+    assert table["component"].tolist() == [1]
+    if method == "dp-gauss-2":
+        assert (
+            report["eigenvalues_unit_cube"] == [None] and table["eigenvalue_unit_cube"].isna().all()
+        )
+        assert report["constants"]["PTR_DELTA_SHARE"] == 0.1

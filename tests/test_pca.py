@@ -59,6 +59,7 @@ def test_usage_errors(k, method, delta):
         ("dp-gauss-1", 1e-6, 0.95),
         ("k-dp-pca", 1e-6, 0.6),
         ("k-dp-ojas", 1e-6, 0.5),
+        ("dp-power", 1e-6, 0.6),
         ("auto", 0.0, 0.95),
         ("auto", 1e-6, 0.95),
     ],
@@ -76,6 +77,26 @@ def test_methods_recover_structure_within_budget(method, delta, floor):
         assert "rho" not in str(js["privacy"]) and js["privacy"]["total_delta"] == 0
     else:
         assert js["privacy"]["total_delta"] == delta
+
+
+def test_dp_gauss_2_passes_its_test_on_a_large_gap_and_fails_safely_on_a_small_one():
+    """PTR passes on 30000 rows of the structured table (ratio >= 0.95); on 300 rows the floor is
+    negative and a random subspace comes out, with the budget still spent and no eigenvalue."""
+    X, C = table(30_000)
+    res = run(X, "dp-gauss-2")
+    assert res.description["method_info"]["ptr_passed"]
+    assert captured(res.components, C) >= 0.95
+    small = run(table(300)[0], "dp-gauss-2")
+    assert not small.description["method_info"]["ptr_passed"]
+    U = small.components
+    assert np.allclose(U @ U.T, np.eye(2), atol=1e-8)
+    js = small.to_json()
+    assert js["eigenvalues_unit_cube"] == [None, None]
+    priv = js["privacy"]
+    assert priv["total_delta"] == 1e-6 and priv["pure_epsilon"] > 0
+    assert small.ledger.spent <= small.ledger.budget
+    steps = [e["step"] for e in priv["entries"]]
+    assert steps == ["count", "first-moment", "eigengap", "dp-gauss-2"]
 
 
 def test_auto_reasons():
@@ -103,3 +124,18 @@ def test_components_in_column_units():
 def test_empty_table_runs():
     res = run(np.zeros((0, 4)), "dp-gauss-1")
     assert res.components.shape == (2, 4)
+
+
+def test_fast_paths_equal_the_reference_computation():
+    """The in-place centring equals moments.quantise / 2^12, and noisy_sum's on-grid shortcut
+    releases the same value as rounding every row (same seed)."""
+    from dpsynth_cli.mechanisms import moments
+    from dpsynth_cli.pca import _centred_on_grid
+
+    X = np.random.default_rng(4).random((500, 5))
+    X[0, 0], X[1, 1], X[2, 2] = 0.0, 1.0, 0.5 + 2**-13
+    q = _centred_on_grid(X.copy())
+    assert np.array_equal(q, moments.quantise(X) / 4096)
+    a = gauss.noisy_sum(q, 1.2, 0.1, "add-remove", noise.RandomSource.seeded(3))
+    b = gauss.noisy_sum(q, 1.2, 0.1, "add-remove", noise.RandomSource.seeded(3), rows_grid=2**-12)
+    assert np.array_equal(a.value, b.value)

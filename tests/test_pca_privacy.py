@@ -4,8 +4,10 @@ Gaussian steps (every one goes through gauss.noisy_integers, after per-row round
 gauss.noisy_sum): the sampled privacy profile delta(eps') of neighbouring releases must stay
 below the declared profile (the Gaussian mechanism's exact profile at the declared sensitivity,
 itself below the ledger's zCDP conversion); mutants with noise x 0.8 and with a clip derived from
-the data must exceed it. Laplace steps (laplace-cov = mechanisms.moments) are audited by the
-neighbour audit of tests/audit.py. Fixed seeds.
+the data must exceed it. Laplace steps (laplace-cov = mechanisms.moments, dp-gauss-2's eigengap) are
+audited by the neighbour audit of tests/audit.py. dp-power and dp-gauss-2 add deterministic checks
+of their sensitivity arguments (Frobenius bound, Weyl, Davis-Kahan) on adversarial neighbours,
+each with a mutant that must break them, and dp-gauss-2's PTR floor its failure rate. Fixed seeds.
 """
 
 from __future__ import annotations
@@ -18,10 +20,10 @@ import pytest
 from scipy.stats import norm
 
 from dpsynth_cli.mechanisms import moments
-from dpsynth_cli.pca import gauss
+from dpsynth_cli.pca import gauss, methods
 from dpsynth_cli.privacy import noise
 from dpsynth_cli.privacy.ledger import Ledger, rho_for, zcdp_delta
-from tests.audit import audit
+from tests.audit import audit, cp_lower
 from tests.test_pca_noise import sampled_profile_lower
 
 RUNS = 100_000
@@ -94,3 +96,116 @@ def test_laplace_cov_first_moment_audit(mutant, monkeypatch):
     else:
         result.assert_within(1.0)
     Ledger(eps)  # pure ledger still builds
+
+
+# -- dp-power and dp-gauss-2 -------------------------------------------------------------------
+
+
+def statistic_release(shift: float, sens: float, tag: str, shrink: float = 1.0) -> np.ndarray:
+    """RUNS releases of a 1-d statistic through gauss.noisy_statistic (dp-power's iterations and
+    dp-gauss-2's projector): `shift` is the neighbour's value, `sens` the declared sensitivity."""
+    src = noise.RandomSource.seeded(13).spawn(tag)
+    return gauss.noisy_statistic(np.full(RUNS, shift), sens, RHO * shrink, src).value
+
+
+def test_noisy_statistic_profile_and_mutant():
+    """Both new Gaussian steps release through noisy_statistic; at the worst neighbour (shift =
+    the declared sensitivity) the sampled profile stays below the declared one; x 0.8 fails."""
+    sigma = 1.0 / math.sqrt(2 * RHO)
+    base, plus = statistic_release(0.0, 1.0, "b"), statistic_release(1.0, 1.0, "p")
+    assert check(base, plus, 1.0, sigma) <= 0.0
+    mb, mp = (
+        statistic_release(0.0, 1.0, "mb", 1 / 0.64),
+        statistic_release(1.0, 1.0, "mp", 1 / 0.64),
+    )
+    assert check(mb, mp, 1.0, sigma) > 0.0
+
+
+def _worst_power_shift(beta2: float, clip: float, seed: int = 0) -> float:
+    """Largest ||A Y||_F / (declared sensitivity) over adversarial rows a with ||a||^2 = beta2
+    (the public bound), A = a a^T clipped to trace `clip`, and orthonormal Y (d = 4, k = 2)."""
+    rng = np.random.default_rng(seed)
+    worst = 0.0
+    for _ in range(300):
+        Y, _ = np.linalg.qr(rng.standard_normal((4, 2)))
+        a = Y @ rng.standard_normal(2) if rng.random() < 0.5 else rng.standard_normal(4)
+        a *= math.sqrt(beta2) / np.linalg.norm(a)
+        A = np.outer(a, a) * min(1.0, clip / float(a @ a))
+        worst = max(worst, np.linalg.norm(A @ Y) / (clip * gauss.relation_factor("add-remove")))
+    return worst
+
+
+def test_dp_power_sensitivity_and_data_clip_mutant():
+    """power_step's sensitivity beta^2 covers ||A Y||_F for every row within the public bound;
+    a clip taken from the data (here 0.5 of the bound) does not cover the row at the bound."""
+    assert _worst_power_shift(2.0, 2.0) <= 1.0 + 1e-12
+    assert _worst_power_shift(2.0, 2.0) >= 0.999  # attained: a in span(Y)
+    # mutant: the declared sensitivity from the data's largest row (1.0) while a row at 2.0 comes
+    rng = np.random.default_rng(1)
+    Y, _ = np.linalg.qr(rng.standard_normal((4, 2)))
+    a = Y[:, 0] * math.sqrt(2.0)
+    assert np.linalg.norm(np.outer(a, a) @ Y) > 1.0 * gauss.relation_factor("add-remove")
+
+
+def _projector(X, k):
+    vals, vecs = np.linalg.eigh(X)
+    V = vecs[:, ::-1][:, :k]
+    return V @ V.T, vals[::-1]
+
+
+def test_dp_gauss_2_weyl_and_davis_kahan_bounds():
+    """The gap moves by at most beta^2 (its Laplace sensitivity) and the projector by at most
+    projector_sensitivity(beta^2, gap) for adversarial PSD rows of trace beta^2; a mutant
+    sensitivity without Davis-Kahan's factor 2 sqrt(2) is exceeded."""
+    rng = np.random.default_rng(3)
+    d, k, beta2 = 4, 2, 1.0
+    gap_ratio, proj_ratio, naive = 0.0, 0.0, 0.0
+    for _ in range(400):
+        Q, _ = np.linalg.qr(rng.standard_normal((d, d)))
+        lam = np.sort(rng.uniform(0, 6, d))[::-1]
+        X = (Q * lam) @ Q.T
+        P, vals = _projector(X, k)
+        gap = vals[k - 1] - vals[k]
+        a = (
+            Q[:, k - 1 : k + 1] @ rng.standard_normal(2)
+            if rng.random() < 0.7
+            else rng.standard_normal(d)
+        )
+        a *= math.sqrt(beta2) / np.linalg.norm(a)
+        P2, vals2 = _projector(X + np.outer(a, a), k)
+        gap_ratio = max(gap_ratio, abs((vals2[k - 1] - vals2[k]) - gap) / beta2)
+        move = np.linalg.norm(P - P2)
+        proj_ratio = max(proj_ratio, move / methods.projector_sensitivity(beta2, gap))
+        naive = max(naive, move / (beta2 / gap))  # mutant: sensitivity beta^2 / gap
+    assert gap_ratio <= 1.0 + 1e-9 and proj_ratio <= 1.0
+    assert naive > 1.0
+
+
+@pytest.mark.parametrize("mutant", [None, 0.8])
+def test_dp_gauss_2_gap_audit(mutant, monkeypatch):
+    """The eigengap's discrete Laplace (laplace_release) at eps = 1, sensitivity 1, neighbours
+    one sensitivity apart; mutant: scale x 0.8."""
+    if mutant:
+        real = noise.as_scale
+        monkeypatch.setattr(noise, "as_scale", lambda x, *a, **k: real(Fraction(x) * 4 / 5))
+    src = noise.RandomSource.seeded(17)
+    a, _ = methods.laplace_release(np.full(40_000, 3.0), 1.0, Fraction(1), src.spawn("a"))
+    b, _ = methods.laplace_release(np.full(40_000, 4.0), 1.0, Fraction(1), src.spawn("b"))
+    result = audit(a, b)
+    if mutant:
+        result.assert_exceeds(1.0)
+    else:
+        result.assert_within(1.0)
+
+
+def test_dp_gauss_2_ptr_floor_fails_at_most_delta_p():
+    """P[ptr_floor > gap - shift] <= delta_p (here 0.05, to be measurable; the one-sided tail
+    gives about delta_p / 2); a mutant that forgets the neighbour's shift fails about
+    e delta_p / 2 = 0.068 of the time."""
+    delta_p, gap, shift, runs = 0.05, 10.0, 1.0, 40_000
+    src = noise.RandomSource.seeded(19)
+    noisy, desc = methods.laplace_release(np.full(runs, gap), shift, Fraction(1), src)
+    fails = sum(methods.ptr_floor(float(v), desc, delta_p, shift) > gap - shift for v in noisy)
+    assert cp_lower(fails, runs, 0.05) <= delta_p
+    fails_m = sum(methods.ptr_floor(float(v), desc, delta_p, 0.0) > gap - shift for v in noisy)
+    assert cp_lower(fails_m, runs, 0.05) > delta_p

@@ -47,13 +47,23 @@ def grid_for(sigma: float) -> float:
 
 
 def noisy_sum(
-    rows: np.ndarray, bound: float, rho: float, relation: str, source: noise.RandomSource
+    rows: np.ndarray,
+    bound: float,
+    rho: float,
+    relation: str,
+    source: noise.RandomSource,
+    rows_grid: float | None = None,
 ) -> GaussRelease:
-    """The sum of `rows` (each of L2 norm <= bound, which the caller guarantees) with rho-zCDP."""
+    """The sum of `rows` (each of L2 norm <= bound, which the caller guarantees) with rho-zCDP.
+    `rows_grid`: a power of two the rows are already multiples of; when g divides it, rounding
+    to g is the identity and the sum is taken directly (exact: multiples of rows_grid)."""
     m = rows.shape[1]
     f = relation_factor(relation)
     g = grid_for(f * bound / math.sqrt(2 * rho))
-    total = np.rint(rows / g).sum(axis=0)  # exact: integers far below 2^53
+    if rows_grid is not None and g <= rows_grid:
+        total = rows.sum(axis=0) / g
+    else:
+        total = np.rint(rows / g).sum(axis=0)  # exact: integers far below 2^53
     delta_units = f * (bound / g + math.sqrt(m) / 2)
     s2 = noise.variance_up(delta_units**2 / (2 * rho))
     noisy = total + noise.discrete_gaussian(source, s2, m)
@@ -67,3 +77,14 @@ def noisy_integers(
     s2 = noise.variance_up(delta_units**2 / (2 * rho))
     noisy = total + noise.discrete_gaussian(source, s2, total.size)
     return GaussRelease(noisy * unit, unit, math.sqrt(float(s2)) * unit, delta_units * unit)
+
+
+def noisy_statistic(
+    values: np.ndarray, sens: float, rho: float, source: noise.RandomSource
+) -> GaussRelease:
+    """A real vector statistic of L2 sensitivity `sens` (value units) with rho-zCDP: rounded to
+    the grid g, which moves each of its m entries by < g/2 on each neighbour, so the integer
+    vector has L2 sensitivity sens / g + sqrt(m) (grid units)."""
+    g = grid_for(sens / math.sqrt(2 * rho))
+    units = np.rint(np.asarray(values, dtype=np.float64).ravel() / g)
+    return noisy_integers(units, sens / g + math.sqrt(units.size), g, rho, source)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import numpy as np
 from scipy.linalg.blas import dsyrk
@@ -22,6 +23,7 @@ from dpsynth_cli.privacy import noise
 
 # -- constants (recorded in every report) -------------------------------------------------------
 FACTOR_BITS = 14  # DP-Gauss-1: factor entries on the grid 2^(ceil(log2 beta) - 14)
+SUM_CHUNK = 8192  # rows per block of the exact factor sum (memory d x SUM_CHUNK x r)
 K_TAIL = 1.0  # K of Assumption A.4 (Appendix G: K = 1)
 A_TAIL = 1  # a of Assumption A.4 (Appendix G: a = 1)
 TAU = 0.01  # failure probability tau (Appendix G sets zeta = 0.01 for every method)
@@ -31,6 +33,14 @@ MIN_BATCH_GROUPS = 4  # k-DP-PCA batch B >= 4 k_r rows (two per group in each ha
 ETA_A = 0.05  # k-DP-PCA learning rate 1/(lam (ETA_A + ETA_GAP t / log n)), Appendix G's form
 ETA_GAP = 0.5  # (lambda_i - lambda_{i+1}) / lambda_i assumed by the rate (the true gap is private)
 GUARD_SIGMAS = 4.0  # k-DP-PCA: truncation half-width >= 4 std of the centre's noise (+ drift)
+CONTRACTION = 0.25  # k-DP-PCA: B makes the guard's noise shrink by this factor per update
+# DP-Gauss-2: share of eps for the eigengap's Laplace release (the PTR test); of 0.05, 0.1, 0.2
+# and 0.4 on the spiked model (n = 1000, 2000) 0.1 scored best (docs/benchmarks.md, "pca")
+GAP_EPS_SHARE = 0.1
+PTR_DELTA_SHARE = 0.1  # DP-Gauss-2: share of delta for the PTR test's failure probability
+# DP-Power-Method: L iterations (Hardt & Price 2014: L ~ log(d) / gap ratio). Of 3, 5, 10, 20,
+# 10 was best or tied on the real tables (3 wins only on the spiked model's huge gap ratio)
+POWER_ITERS = 10
 OJA_STEPS = 10  # k-DP-Ojas steps per round (batches of about n / (k OJA_STEPS) fresh rows)
 OJA_ETA0 = 1.0  # k-DP-Ojas learning rate OJA_ETA0 / (lam (1 + t)): Appendix G's 1/(1+j), scale-free
 
@@ -62,16 +72,20 @@ def second_moment_sum(stream: Stream) -> tuple[np.ndarray, float, float]:
     its L2 sensitivity (upper triangle, grid units) under add/remove one sample."""
     h = _factor_grid(stream)
     root = np.sqrt(stream.c)
-    q = np.rint(stream.Z * root[:, None] / h)
+    # in place, one temporary: rows with c = 1 (every tabular row) skip the scaling
+    q = stream.Z / h if bool((stream.c >= 1.0).all()) else stream.Z * (root[:, None] / h)
+    np.rint(q, out=q)
     upper = dsyrk(1.0, q.T, trans=0)  # exact: integer products and sums far below 2^53
     total = np.triu(upper) + np.triu(upper, 1).T
     if stream.F.shape[1]:
         full = stream.c >= 1.0
         fq = np.rint(stream.F / h)
         total += int(full.sum()) * (fq @ fq.T)
-        for i in np.flatnonzero(~full):
-            fi = np.rint(stream.F * root[i] / h)
-            total += fi @ fi.T
+        part = np.flatnonzero(~full)
+        for lo in range(0, part.size, SUM_CHUNK):  # each row's factor rounded on its own
+            r = root[part[lo : lo + SUM_CHUNK]]
+            fq = np.rint(stream.F[:, None, :] * (r[None, :, None] / h)).reshape(stream.d, -1)
+            total += fq @ fq.T
     if stream.box is not None and stream.F.shape[1] == 0:
         b2 = np.rint(stream.box / h) ** 2
         sens = math.sqrt((b2.sum() ** 2 + (b2 * b2).sum()) / 2)  # max over the box's corners
@@ -96,12 +110,142 @@ def dp_gauss_1(stream: Stream, k: int, rho: float, relation: str, src) -> Method
     return MethodResult(comps, vals, {"noisy_sum": M, "grid": h}, [step])
 
 
+# -- DP-Gauss-2 (Appendix G; Dwork et al. 2014 Algorithm 2, made sound by PTR) -------------------
+
+
+def _exact_sum(stream: Stream) -> np.ndarray:
+    """The exact sum of the (trace-clipped) A_i in value units (second_moment_sum)."""
+    total, h, _ = second_moment_sum(stream)
+    return total * (h * h)
+
+
+def _eig_desc(M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    vals, vecs = np.linalg.eigh((M + M.T) / 2)
+    return vals[::-1], vecs[:, ::-1]
+
+
+def laplace_release(value: np.ndarray, sens: float, eps: Fraction, src) -> tuple[np.ndarray, dict]:
+    """Pure eps-DP release of real values of L1 sensitivity `sens`: rounded to a power-of-two
+    grid h (about 2^-GRID_BITS of the noise scale), plus h x exact discrete Laplace of scale
+    (sens / h + 1) / eps in grid units (+1: the rounding of two neighbouring values)."""
+    h = gauss.grid_for(sens / float(eps))
+    scale = noise.as_scale((Fraction(sens) / Fraction(h) + 1) / eps)
+    units = np.rint(np.asarray(value, dtype=np.float64) / h)
+    noisy = (units + noise.discrete_laplace(src, scale, units.size)) * h
+    desc = {"distribution": "discrete Laplace on a grid", "grid": h, "scale": float(scale) * h}
+    return noisy, {**desc, "l1_sensitivity": sens, "epsilon": float(eps)}
+
+
+def ptr_floor(noisy_gap: float, desc: dict, delta_p: float, shift: float) -> float:
+    """A lower bound on min(gap(D), gap(D')) that fails with probability <= delta_p: the noise
+    exceeds t = scale ln(1/delta_p) with probability <= e^(-t/scale) (discrete Laplace tail),
+    minus one grid step (rounding) and the neighbour's shift f beta^2 (Weyl)."""
+    t = desc["scale"] * math.log(1.0 / delta_p)
+    return noisy_gap - t - desc["grid"] - shift
+
+
+def projector_sensitivity(shift: float, floor: float) -> float:
+    """Frobenius bound on ||V V^T - V' V'^T|| when the gap is >= floor and ||E||_F <= shift."""
+    return 2 * math.sqrt(2) * shift / floor
+
+
+def dp_gauss_2(
+    stream: Stream, k: int, eps_gap: Fraction, delta_p: float, rho: float, relation: str, src
+) -> MethodResult:
+    """Appendix G's DP-Gauss-2: V_k = top-k eigenvectors of X = sum of the trace-clipped A_i,
+    a Laplace eigengap g_k, then the projector V_k V_k^T plus a symmetric Gaussian matrix, and
+    the top-k eigenvectors of the result.
+
+    Privacy (add/remove one A, Tr A <= beta^2; f = 2 under replace):
+    - gap: by Weyl every eigenvalue of X + A lies in [lambda_j, lambda_j + beta^2] (A is PSD,
+      ||A|| <= Tr A), so lambda_k - lambda_(k+1) moves by at most beta^2: L1 sensitivity
+      f beta^2, eps_gap-DP (laplace_release).
+    - PTR (propose-test-release; the paper's "resample when g_k <= 0" is not private, as it
+      says itself): floor = ptr_floor(...) <= min(gap(D), gap(D')) except with probability
+      delta_p. If floor <= 0 the method releases a uniformly random subspace (no data).
+    - projector: Davis-Kahan in Yu, Wang & Samworth's form, ||sin Theta||_F <= 2 ||E||_F /
+      gap, with ||V V^T - V' V'^T||_F = sqrt(2) ||sin Theta||_F and ||E||_F <= f beta^2 gives
+      Frobenius (so upper-triangle L2) sensitivity S = 2 sqrt(2) f beta^2 / floor
+      (projector_sensitivity). gauss.noisy_statistic on the upper triangle: rho-zCDP given a
+      passed test, so the step is
+      delta_p-approximately rho-zCDP (the ledger adds delta_p to delta).
+    Appendix G's Delta_2 = beta^2 (1 + sqrt(2 log(1/delta))/eps) / |g_k - 2(1 + log(1/delta)
+    /eps)| mixes units (its offset is not scaled by beta^2); we calibrate from S instead."""
+    d = stream.d
+    f = gauss.relation_factor(relation)
+    shift = f * stream.beta2
+    vals, vecs = _eig_desc(_exact_sum(stream))
+    gap = vals[k - 1] - (vals[k] if k < d else 0.0)
+    g_noisy, gdesc = laplace_release(np.array([gap]), shift, eps_gap, src.spawn("gap"))
+    floor = ptr_floor(float(g_noisy[0]), gdesc, delta_p, shift)
+    steps = [{"step": "dp-gauss-2:gap", **gdesc}]
+    info = {"noisy_gap": float(g_noisy[0]), "ptr_floor": floor, "ptr_passed": floor > 0}
+    if floor <= 0:  # test failed: a uniformly random subspace (post-processing, no data)
+        q, _ = np.linalg.qr(src.spawn("random").numpy_generator().standard_normal((d, k)))
+        return MethodResult(q.T.copy(), np.full(k, np.nan), info, steps)
+    iu = np.triu_indices(d)
+    proj = vecs[:, :k] @ vecs[:, :k].T
+    rel = gauss.noisy_statistic(proj[iu], projector_sensitivity(shift, floor), rho, src.spawn("p"))
+    M = np.zeros((d, d))
+    M[iu] = rel.value
+    comps, _ = top_k(M + np.triu(M, 1).T, k)
+    steps.append({"step": "dp-gauss-2:projector", **rel.describe(), "rho": rho, "delta": delta_p})
+    return MethodResult(comps, np.full(k, np.nan), info, steps)
+
+
+# -- DP-Power-Method (Appendix G; Hardt & Price 2014) --------------------------------------------
+
+
+def power_step(XY: np.ndarray, beta2: float, rho: float, relation: str, src) -> gauss.GaussRelease:
+    """One noisy power iteration W = X Y + G. For Y with orthonormal columns and one A added,
+    ||A Y||_F^2 = tr(Y^T A^2 Y) <= ||A||_F^2 <= (Tr A)^2, so the L2 sensitivity is beta^2 (x2
+    under replace); the product is rounded to the grid g (+ sqrt(m) units) and gets a gridded
+    discrete Gaussian: rho-zCDP."""
+    sens = gauss.relation_factor(relation) * beta2
+    return gauss.noisy_statistic(XY, sens, rho, src)
+
+
+def dp_power(stream: Stream, k: int, rho: float, relation: str, src) -> MethodResult:
+    """Appendix G's DP-Power-Method: X = sum of the trace-clipped A_i, then POWER_ITERS noisy
+    power iterations Y <- QR(X Y + G_l) from a random orthonormal Y_0 (power_step; each
+    rho / POWER_ITERS, composed: rho-zCDP). Appendix G scales the noise by beta alpha with
+    ||a||_1 <= alpha (Nicolas et al. 2024's row-L1 condition); since ||a||_1 >= ||a||_2 that is
+    never below our beta^2, which the Frobenius bound above proves sufficient, so no alpha clip.
+    Eigenvalue estimates: the Rayleigh quotients diag(Y^T W) of the last iteration (sum units)."""
+    X = _exact_sum(stream)
+    Y, _ = np.linalg.qr(src.spawn("start").numpy_generator().standard_normal((stream.d, k)))
+    rho_it = rho / POWER_ITERS
+    steps = []
+    for it in range(POWER_ITERS):
+        rel = power_step(X @ Y, stream.beta2, rho_it, relation, src.spawn(f"it{it}"))
+        W = rel.value.reshape(stream.d, k)
+        vals = np.einsum("ij,ij->j", Y, W)
+        Y, _ = np.linalg.qr(W)
+        steps.append({"step": "dp-power:iteration", **rel.describe(), "rho": rho_it})
+    order = np.argsort(vals)[::-1]
+    return MethodResult(Y[:, order].T.copy(), vals[order], {"iterations": POWER_ITERS}, steps)
+
+
 # -- deflation with fresh slots (Algorithm 1 / Algorithm 4) --------------------------------------
 
 
-def _random_unit(src: noise.RandomSource, P: np.ndarray, d: int) -> np.ndarray:
+class Projector:
+    """P = I - U^T U for the orthonormal rows U found so far, applied in O(d k) per vector
+    (x P = x - (x U^T) U, rows or vectors) instead of the dense d x d product."""
+
+    def __init__(self, d: int) -> None:
+        self.U = np.zeros((0, d))
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return x - (x @ self.U.T) @ self.U
+
+    def remove(self, u: np.ndarray) -> None:
+        self.U = np.vstack([self.U, u])
+
+
+def _random_unit(src: noise.RandomSource, P: Projector, d: int) -> np.ndarray:
     """omega_0 = P w / ||P w||, w uniform on the sphere (post-processing randomness)."""
-    w = P @ src.numpy_generator().standard_normal(d)
+    w = P(src.numpy_generator().standard_normal(d))
     return w / max(np.linalg.norm(w), 1e-300)
 
 
@@ -112,7 +256,7 @@ def _deflate(stream, k, steps_per_round, n_hat, step_fn, src, halves=1) -> Metho
     slots = k * steps_per_round * halves
     members = slot_members(slot_labels(src.spawn("slots"), stream.n, slots), slots)
     batch = max(n_hat, 1) / slots  # public expected slot size (noisy count / slots)
-    P = np.eye(d)
+    P = Projector(d)
     comps, vals, records = [], [], []
     for i in range(k):
         w = _random_unit(src.spawn(f"start{i}"), P, d)
@@ -122,11 +266,11 @@ def _deflate(stream, k, steps_per_round, n_hat, step_fn, src, halves=1) -> Metho
             idx = [members[s + j] for j in range(halves)]
             g, rec = step_fn(stream, P, w, idx, batch, t, state, src.spawn(f"r{i}t{t}"))
             records.extend(rec)
-            w_new = P @ (w + state["eta"] * (P @ g))
+            w_new = P(w + state["eta"] * P(g))
             w = w_new / max(np.linalg.norm(w_new), 1e-300)
         comps.append(w)
         vals.append(state["lam"] or 0.0)
-        P = P - np.outer(w, w)
+        P.remove(w)
     U = np.array(comps)
     U, _ = np.linalg.qr(U.T)  # tidy numerical drift (post-processing)
     return MethodResult(
@@ -150,7 +294,7 @@ def k_dp_ojas(stream: Stream, k: int, rho: float, relation: str, n_hat: int, src
     bound = stream.beta2
 
     def step(stream, P, w, idx, batch, t, state, s):
-        g = stream.grads(idx[0], P @ w) @ P
+        g = P(stream.grads(idx[0], P(w)))
         norms = np.linalg.norm(g, axis=1)
         g = g * np.minimum(1.0, bound / np.maximum(norms, 1e-300))[:, None]
         rel = gauss.noisy_sum(g, bound, rho, relation, s.spawn("sum"))
@@ -203,13 +347,17 @@ def priv_mean(g, lam_hat, centre, batch, rho, relation, bound, src, guard=0.0):
     noise scale and movement) widens the half-width so that a poor centre cannot trap the
     iteration: GUARD_SIGMAS x the centre's noise std per coordinate + lam x ||omega change||."""
     d = g.shape[1]
-    if centre is None:  # first step: L2 clip at the public bound (||A w|| <= Tr A <= beta^2)
+    half = bound
+    if centre is not None:
+        half = 3 * K_TAIL * math.sqrt(lam_hat) * math.log(max(batch, 2) * d / TAU) ** A_TAIL
+        half = max(half, guard)
+    if centre is None or half * math.sqrt(d) >= bound:
+        # L2 clip at the public bound (||P A P w|| <= Tr A <= beta^2): sensitivity beta^2, never
+        # more than the box's half * sqrt(d)
         centre, half = np.zeros(d), bound
         norms = np.maximum(np.linalg.norm(g, axis=1), 1e-300)
         clipped, sens = g * np.minimum(1.0, bound / norms)[:, None], bound
     else:
-        half = 3 * K_TAIL * math.sqrt(lam_hat) * math.log(max(batch, 2) * d / TAU) ** A_TAIL
-        half = min(max(half, guard), bound)
         clipped, sens = np.clip(g, centre - half, centre + half) - centre, half * math.sqrt(d)
     rel = gauss.noisy_sum(clipped, sens, rho, relation, src.spawn("mean"))
     desc = {"step": "k-dp-pca:priv_mean", **rel.describe(), "rho": rho, "half_width": half}
@@ -221,14 +369,18 @@ def k_dp_pca(stream: Stream, k: int, rho: float, relation: str, n_hat: int, src)
     PrivMean on a disjoint slot (both rho: parallel), omega <- P (omega + eta P g) / norm."""
     f = gauss.relation_factor(relation)
     groups = math.ceil(RANGE_SIGMAS * f / math.sqrt(rho))
-    B = max(math.sqrt(max(n_hat, 1)), MIN_BATCH_GROUPS * groups)  # Appendix G: B = sqrt(n)
+    # Appendix G's B = sqrt(n), but at least the batch whose PrivMean half (B/2 rows) shrinks
+    # the guard: noise std per coordinate half sqrt(d) f / (sqrt(2 rho) B/2) <= CONTRACTION x
+    # half / GUARD_SIGMAS. Below it the guard feeds on its own noise and never narrows.
+    contract = 2 * GUARD_SIGMAS * f * math.sqrt(stream.d) / (math.sqrt(2 * rho) * CONTRACTION)
+    B = max(math.sqrt(max(n_hat, 1)), MIN_BATCH_GROUPS * groups, contract)
     T = max(1, int(max(n_hat, 1) / (k * B)))
 
     def step(stream, P, w, idx, batch, t, state, s):
-        pw = P @ w
-        g_range = stream.grads(idx[0], pw) @ P
+        pw = P(w)
+        g_range = P(stream.grads(idx[0], pw))
         lam_hat, d1 = priv_range(g_range, batch, rho, relation, stream.beta2, s.spawn("range"))
-        g_mean = stream.grads(idx[1], pw) @ P
+        g_mean = P(stream.grads(idx[1], pw))
         guard = 0.0
         if state["centre"] is not None:
             moved = float(np.linalg.norm(w - state["w_prev"]))
@@ -265,6 +417,10 @@ CONSTANTS = {
     "ETA_A": ETA_A,
     "ETA_GAP": ETA_GAP,
     "GUARD_SIGMAS": GUARD_SIGMAS,
+    "CONTRACTION": CONTRACTION,
+    "GAP_EPS_SHARE": GAP_EPS_SHARE,
+    "PTR_DELTA_SHARE": PTR_DELTA_SHARE,
+    "POWER_ITERS": POWER_ITERS,
     "OJA_STEPS": OJA_STEPS,
     "OJA_ETA0": OJA_ETA0,
     "GRID_BITS": gauss.GRID_BITS,

@@ -34,15 +34,18 @@ class Stream:
     F: np.ndarray  # (d, r) shared factor, r >= 0
     c: np.ndarray  # (n,) trace-clipping factors in (0, 1]
     beta2: float  # public bound on Tr(A_i) after clipping (>= c_i Tr(F F^T + z z^T))
-    box: np.ndarray | None = None  # public |z_ij| <= box_j (tabular), else None
+    box: np.ndarray | None = None  # public |z_ij| <= box_j (tabular, the caller clips), else None
 
     @classmethod
     def of(cls, Z: np.ndarray, beta2: float, F: np.ndarray | None = None, box=None) -> Stream:
         Z = np.ascontiguousarray(Z, dtype=np.float64)
         F = np.zeros((Z.shape[1], 0)) if F is None else np.asarray(F, dtype=np.float64)
-        tr = float((F * F).sum()) + np.einsum("ij,ij->i", Z, Z)
-        with np.errstate(divide="ignore"):
-            c = np.minimum(1.0, beta2 / np.maximum(tr, 1e-300))
+        if box is not None and F.shape[1] == 0 and float(np.square(box).sum()) <= beta2:
+            c = np.ones(Z.shape[0])  # rows inside the box: Tr(z z^T) <= sum box^2 <= beta^2
+        else:
+            tr = float((F * F).sum()) + np.einsum("ij,ij->i", Z, Z)
+            with np.errstate(divide="ignore"):
+                c = np.minimum(1.0, beta2 / np.maximum(tr, 1e-300))
         return cls(Z, F, c, float(beta2), None if box is None else np.asarray(box, float))
 
     @property
