@@ -80,8 +80,8 @@ def date_codes(column: pa.ChunkedArray) -> np.ndarray:
         return _codes(pc.cast(pc.cast(column, pa.date32()), pa.int32()))
     text = as_text(column)
     parsed = pc.strptime(text, format="%Y-%m-%d", unit="s", error_is_null=True)
-    # strptime accepts e.g. a trailing time; an ISO date is exactly 10 characters
-    exact = pc.equal(pc.utf8_length(text), 10)
+    # strptime rolls 2020-02-30 over to March and accepts a trailing time: print it back
+    exact = pc.equal(pc.strftime(parsed, format="%Y-%m-%d"), text)
     days = pc.divide(pc.cast(parsed, pa.int64()), 86400)
     return _codes(pc.if_else(exact, days, pa.scalar(None, pa.int64())))
 
@@ -99,12 +99,14 @@ def datetime_codes(column: pa.ChunkedArray, tz: str | None) -> np.ndarray:
     if pa.types.is_date(column.type):
         column = pc.cast(pc.cast(column, pa.date32()), pa.string())
     text = pd.Series(as_text(column).to_numpy(zero_copy_only=False), dtype=object)
-    aware = text.str.contains(r"(?:Z|[+-]\d\d:?\d\d)$", regex=True, na=False)
+    # ISO text only: pandas would also read words such as "now" and "today"
+    iso = text.str.match(r"\d{4}-\d\d-\d\d(?:[T ]|$)", na=False)
+    aware = iso & text.str.contains(r"(?:Z|[+-]\d\d:?\d\d)$", regex=True, na=False)
     out = np.full(len(text), np.nan)
     if aware.any():
         stamps = pd.to_datetime(text[aware], errors="coerce", format="ISO8601", utc=True)
         out[aware.to_numpy()] = _seconds(stamps)
-    naive = (~aware & text.notna()).to_numpy()
+    naive = (iso & ~aware).to_numpy()
     if naive.any():
         stamps = pd.to_datetime(text[naive], errors="coerce", format="ISO8601")
         if tz is not None:
@@ -117,8 +119,8 @@ def _seconds(stamps: pd.Series) -> np.ndarray:
     """Seconds since the epoch, NaT as NaN (an aware series as UTC instants)."""
     if getattr(stamps.dt, "tz", None) is not None:
         stamps = stamps.dt.tz_convert("UTC").dt.tz_localize(None)
-    ns = stamps.astype("datetime64[ns]").to_numpy().astype(np.int64).astype(np.float64)
-    return np.where(stamps.isna().to_numpy(), np.nan, ns / 1e9)
+    micros = stamps.to_numpy().astype("datetime64[us]").astype(np.int64).astype(np.float64)
+    return np.where(stamps.isna().to_numpy(), np.nan, micros / 1e6)
 
 
 def parse_iso_bound(value: object, kind: str, tz: str | None, where: str) -> float:

@@ -41,6 +41,12 @@ KINDS = ("float", "integer", "boolean", "category", "date", "datetime")
 # unit interval, and a nullable one has "missing" as one more code past the upper one.
 DISCRETE = ("integer", "boolean", "category", "date")
 NULLABLE = DISCRETE
+METRIC_TEXT = (
+    "rho(x, y) = max over columns of |e(x) - e(y)|: a float or datetime column's difference "
+    "divided by its public range; an integer, date, boolean or category column with L codes "
+    "(levels in declared order, then 'missing' if nullable) contributes |i - j| / L. The "
+    "discrete metric 1[i != j] on levels is at most L times this"
+)
 DRAFT_HINT = "`dpsynth schema draft INPUT > schema.json` writes a schema to fill in"
 # Float outputs are rounded to this fraction of the column's public range: far below the error of
 # any mechanism here (W1 in the unit cube is rarely below 1e-3), and it keeps files small.
@@ -134,6 +140,9 @@ def _schema_column(path: str, name: str, spec: object) -> ColumnSpec:
     where = f"--schema {path}: column '{name}'"
     if not isinstance(spec, dict):
         raise UsageError(f"{where} must be an object")
+    for key, value in spec.items():
+        if isinstance(value, str) and value.startswith("FILL IN"):
+            raise UsageError(f"{where}: '{key}' still says FILL IN: replace it with a public fact")
     kind = spec.get("type", "")
     if kind and kind not in KINDS:
         raise UsageError(f"{where}: type must be one of {', '.join(KINDS)} ({DRAFT_HINT})")
@@ -480,6 +489,20 @@ class Domain:
             unit = values - lo
             unit /= width
         return np.clip(unit, 0.0, 1.0, out=unit)
+
+    def metric(self) -> dict:
+        """The metric the unit-cube W1 bound is stated on, for the report (docs/privacy.md)."""
+        bins = {
+            c.name: int(math.floor(c.code_upper) - math.ceil(c.lower) + 1)
+            for c in self.columns
+            if c.kind in DISCRETE
+        }
+        return {
+            "definition": METRIC_TEXT,
+            "bins_per_discrete_column": bins,
+            "bound": "W1 under this metric <= min(2 B, B + max over discrete columns of 1/(2L)) "
+            "with B the unit-cube bound (plus 5e-7 for the rounding of float columns)",
+        }
 
     def decimals(self) -> dict[str, int]:
         """Decimal places written for each float column: enough to resolve OUTPUT_RESOLUTION of
