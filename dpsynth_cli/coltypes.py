@@ -43,8 +43,32 @@ def as_text(column: pa.ChunkedArray) -> pa.ChunkedArray:
 
 
 def _codes(index: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    """Integer codes with nulls as NaN (float64)."""
-    return pc.cast(index, pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64)
+    """Numbers with nulls as NaN (float64; beyond 2^53 the nearest double, never an error)."""
+    return pc.cast(index, pa.float64(), safe=False).to_numpy(zero_copy_only=False)
+
+
+# Timestamps are clamped to +-7900 years around 1970 before any time-zone arithmetic, so that no
+# value (int64 extremes included) can make it fail; every declared bound lies well inside.
+_LIMIT_SECONDS = 2.5e11
+_PER_SECOND = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}
+
+
+def _timestamp_seconds(column: pa.ChunkedArray, tz: str | None, local: bool) -> np.ndarray:
+    """Seconds since the epoch of a timestamp column, clamped to +-_LIMIT_SECONDS: the instant
+    (a zoned column, or a naive one read in `tz`), or with `local` the wall-clock time."""
+    unit, zone = column.type.unit, column.type.tz
+    raw = _codes(pc.cast(column, pa.int64())) / _PER_SECOND[unit]
+    seconds = np.clip(raw, -_LIMIT_SECONDS, _LIMIT_SECONDS)
+    if (zone is None and (local or tz is None)) or (zone is not None and not local):
+        return seconds  # the wall-clock time asked for, or the instant a zoned column holds
+    missing = np.isnan(seconds)
+    stamps = pa.array(np.where(missing, 0, seconds).astype(np.int64), pa.timestamp("s", zone))
+    if local:
+        stamps = pc.local_timestamp(stamps)
+    else:
+        stamps = pc.assume_timezone(stamps, tz, ambiguous="earliest", nonexistent="earliest")
+    out = _codes(pc.cast(stamps, pa.int64()))
+    return np.where(missing, np.nan, out)
 
 
 def boolean_codes(column: pa.ChunkedArray) -> np.ndarray:
@@ -73,9 +97,7 @@ def category_codes(column: pa.ChunkedArray, levels: tuple[str, ...], other: str 
 def date_codes(column: pa.ChunkedArray) -> np.ndarray:
     """Days since 1970-01-01: a date column, a timestamp's date, or ISO text YYYY-MM-DD."""
     if pa.types.is_timestamp(column.type):
-        column = pc.cast(pc.floor_temporal(column, unit="day"), pa.timestamp("s", column.type.tz))
-        column = pc.cast(pc.local_timestamp(column), pa.timestamp("s"))
-        return _codes(pc.cast(column, pa.int64())) / 86400.0
+        return np.floor(_timestamp_seconds(column, None, local=True) / 86400.0)
     if pa.types.is_date(column.type):
         return _codes(pc.cast(pc.cast(column, pa.date32()), pa.int32()))
     text = as_text(column)
@@ -91,13 +113,13 @@ def datetime_codes(column: pa.ChunkedArray, tz: str | None) -> np.ndarray:
     cell without one is wall-clock time in the column's time zone `tz` (a column without a time
     zone keeps wall-clock seconds; an aware cell is then taken in UTC)."""
     if pa.types.is_timestamp(column.type):
-        column = pc.cast(column, pa.timestamp("us", column.type.tz))
-        if column.type.tz is None and tz is not None:
-            column = pc.assume_timezone(column, tz, ambiguous="earliest", nonexistent="earliest")
-        micros = pc.cast(pc.cast(column, pa.timestamp("us")), pa.int64())
-        return _codes(micros) / 1e6
-    if pa.types.is_date(column.type):
-        column = pc.cast(pc.cast(column, pa.date32()), pa.string())
+        return _timestamp_seconds(column, tz, local=False)
+    if pa.types.is_date(column.type):  # midnight, wall-clock
+        days = _codes(pc.cast(pc.cast(column, pa.date32()), pa.int32()))
+        seconds = np.clip(days * 86400.0, -_LIMIT_SECONDS, _LIMIT_SECONDS)
+        midnight = pa.array(np.nan_to_num(seconds).astype(np.int64), pa.timestamp("s"))
+        midnight = pc.if_else(pa.array(np.isnan(seconds)), None, midnight)
+        return _timestamp_seconds(pa.chunked_array([midnight]), tz, local=False)
     text = pd.Series(as_text(column).to_numpy(zero_copy_only=False), dtype=object)
     # ISO text only: pandas would also read words such as "now" and "today"
     iso = text.str.match(r"\d{4}-\d\d-\d\d(?:[T ]|$)", na=False)

@@ -381,6 +381,11 @@ def resolve_columns(
             kind, kind_source = file_kind, "Parquet schema"
         else:
             kind, kind_source = "float", "default (float)"
+        if kind in ("float", "integer") and arrow_time_kind(dtype):
+            raise UsageError(
+                f"column '{name}' has type {dtype} in the input's schema: declare it as a "
+                "date or datetime column"
+            )
         if kind_source != "schema" and file_kind is None and not is_text(dtype):
             raise UsageError(
                 f"column '{name}' has type {dtype} in the input's schema: declare its type "

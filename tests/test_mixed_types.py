@@ -18,7 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dpsynth_cli.cli import app
-from dpsynth_cli.domain import Domain, load_schema, resolve_columns, value_matrix
+from dpsynth_cli.domain import ColumnSpec, Domain, load_schema, resolve_columns, value_matrix
 from dpsynth_cli.errors import UsageError
 
 SCHEMA = {
@@ -273,3 +273,32 @@ def test_synth_writes_the_declared_columns_and_types(tmp_path, monkeypatch):
     assert bad.exit_code == 2
     assert "column 'ward'" in bad.output and "dpsynth schema draft" in bad.output
     assert len(bad.output.strip().splitlines()) == 1
+
+
+ODD_COLUMNS = {
+    "int64": pa.array([2**63 - 1, -(2**63), 0, None], pa.int64()),
+    "uint64": pa.array([2**64 - 1, 0, 1, None], pa.uint64()),
+    "float": pa.array([float("inf"), float("nan"), -1e308, None]),
+    "bool": pa.array([True, False, None, True]),
+    "text": pa.array(["now", "2020-02-30", "x" * 1000, None]),
+    "dictionary": pa.array(["a", "", " ", None]).dictionary_encode(),
+    "date32": pa.array([-(2**31), 2**31 - 1, 0, None], pa.date32()),
+    "timestamp ns naive": pa.array([2**63 - 1, -(2**63) + 1, 0, None], pa.timestamp("ns")),
+    "timestamp s zoned": pa.array([2**63 - 1, -(2**63) + 1, 0, None], pa.timestamp("s", "UTC")),
+}
+
+
+@pytest.mark.parametrize("physical", ODD_COLUMNS)
+def test_no_cell_of_any_file_type_makes_parsing_fail(tmp_path, physical):
+    """Whatever a file declares and holds, every declared kind reads it cell by cell (values it
+    cannot read are missing): a failure here would be an exit status decided by a value."""
+    specs = specs_of(SCHEMA, tmp_path)
+    if physical.startswith(("date", "timestamp")):  # a number column of a date: usage error
+        file = pa.schema([("x", ODD_COLUMNS[physical].type)])
+        with pytest.raises(UsageError, match="declare it as a date or datetime"):
+            resolve_columns(file, ["x"], {"x": ColumnSpec("x", "float")}, {}, typed=True)
+        specs = [s for s in specs if s.kind not in ("float", "integer")]
+    column = pa.chunked_array([ODD_COLUMNS[physical]])
+    table = pa.table({s.name: column for s in specs})
+    values = value_matrix(table, specs)
+    assert values.shape[1] == len(specs) and not np.isnan(values).any()
