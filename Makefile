@@ -16,8 +16,10 @@ demo: $(STAMP)
 	mkdir -p sample_data/out
 	$(BIN)/dpsynth synth sample_data/patients.csv --eps 1 --schema sample_data/patients.schema.json \
 		-o sample_data/out/patients.synth.csv
-	@echo "synthetic data: sample_data/out/patients.synth.csv"
-	@echo "privacy report: sample_data/out/patients.synth.csv.report.json"
+	$(BIN)/dpsynth synth sample_data/admissions.csv --eps 1 \
+		--schema sample_data/admissions.schema.json -o sample_data/out/admissions.synth.csv
+	@echo "synthetic data: sample_data/out/patients.synth.csv, sample_data/out/admissions.synth.csv"
+	@echo "privacy reports: the same names + .report.json"
 	@echo "to run dpsynth yourself: source .venv/bin/activate  (or .venv/bin/dpsynth)"
 
 test: $(STAMP)
