@@ -91,7 +91,8 @@ class ColumnSpec:
             )
         if self.kind in ("boolean", "category"):
             del out["lower"], out["upper"], out["bounds_source"]
-        extra = {"levels": list(self.levels or ()), "other": self.other, "timezone": self.timezone}
+        levels = list(self.levels or ()) if self.kind == "category" else None
+        extra = {"levels": levels, "other": self.other, "timezone": self.timezone}
         out.update({k: v for k, v in extra.items() if v})
         if self.nullable:
             out["nullable"] = True
@@ -133,10 +134,10 @@ def load_schema(path: str) -> dict[str, ColumnSpec]:
     columns = raw.get("columns") if isinstance(raw, dict) else None
     if not isinstance(columns, dict) or not columns:
         raise UsageError(f"--schema {path}: expected an object with a non-empty 'columns' object")
-    return {name: _schema_column(path, name, spec) for name, spec in columns.items()}
+    return {name: schema_column(path, name, spec) for name, spec in columns.items()}
 
 
-def _schema_column(path: str, name: str, spec: object) -> ColumnSpec:
+def schema_column(path: str, name: str, spec: object) -> ColumnSpec:
     where = f"--schema {path}: column '{name}'"
     if not isinstance(spec, dict):
         raise UsageError(f"{where} must be an object")

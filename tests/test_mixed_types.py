@@ -324,3 +324,31 @@ def test_admissions_demo_runs(runner, tmp_path):
         "int64",
     ]
     assert synth.column("smoker").null_count > 0  # nullable: missing is a level of its own
+
+
+def test_evaluate_reports_tvd_for_levels_and_the_mixed_metric(runner, tmp_path, monkeypatch):
+    """evaluate --from-report on a mixed release: TVD and level shares for categories and
+    booleans (NOT private, as all of evaluate), the joint W1 in the mixed metric."""
+    from dpsynth_cli.evaluate.categorical import categorical_columns
+
+    specs = specs_of(SCHEMA, tmp_path)
+    X = value_matrix(csv_table(CSV), specs)
+    Y = X.copy()
+    Y[:, 2] = 0  # every ward "A"
+    cat = categorical_columns(X, Y, specs)
+    assert set(cat) == {"sex", "ward", "smoker"}
+    assert cat["ward"]["tvd"] == pytest.approx(0.75)  # real A, B, other, C -> all A
+    assert cat["sex"]["tvd"] == 0 and list(cat["sex"]["levels"]) == ["F", "M", "(missing)"]
+    monkeypatch.chdir(tmp_path)
+    Path("m.csv").write_text(CSV)
+    Path("m.json").write_text(json.dumps(SCHEMA))
+    args = ["m.csv", "--eps", "1", "--schema", "m.json", "--seed", "1", "-o", "s.csv", "-q"]
+    assert runner.invoke(app, ["synth", *args]).exit_code == 0
+    done = runner.invoke(
+        app, ["evaluate", "m.csv", "s.csv", "--from-report", "s.csv.report.json", "--json"]
+    )
+    assert done.exit_code == 0, done.output
+    result = json.loads(done.stdout)
+    assert result["NOT_DIFFERENTIALLY_PRIVATE"] is True
+    assert 0 <= result["per_column"]["ward"]["tvd"] <= 1
+    assert "rho(x, y)" in result["mixed_metric"]["definition"]

@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from dpsynth_cli.domain import ColumnSpec, Domain, column_values, value_matrix
+from dpsynth_cli.domain import ColumnSpec, Domain, column_values, schema_column, value_matrix
 from dpsynth_cli.errors import DataError, UsageError
+from dpsynth_cli.evaluate.categorical import categorical_columns
 from dpsynth_cli.evaluate.w1 import w1_1d, w1_summary
 from dpsynth_cli.privacy.noise import analysis_generator
 
@@ -29,14 +30,15 @@ def specs_from_report(path: str) -> list[ColumnSpec]:
     """Columns and bounds exactly as a synth run used them (its report's `domain` block)."""
     try:
         domain = json.loads(Path(path).read_text(encoding="utf-8"))["domain"]
-        return [
-            ColumnSpec(name, c["type"], float(c["lower"]), float(c["upper"]), "report")
-            for name, c in domain.items()
-        ]
+        # the report's domain entries are schema entries (levels, ISO bounds, ...) with bounds
+        specs = [replace(schema_column(path, n, c), source="report") for n, c in domain.items()]
     except FileNotFoundError:
         raise UsageError(f"--from-report {path}: file not found") from None
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, UsageError):
         raise UsageError(f"--from-report {path}: not a dpsynth synth report") from None
+    if not all(s.has_bounds for s in specs):
+        raise UsageError(f"--from-report {path}: not a dpsynth synth report")
+    return specs
 
 
 def columns_with_numbers(table: pa.Table) -> list[str]:
@@ -114,9 +116,16 @@ def evaluate(
         "rows": {"real": int(X.shape[0]), "synthetic": int(Y.shape[0])},
         "w1_unit_cube": w1_summary(domain.to_unit(X), domain.to_unit(Y), rng=rng),
         "metric": "1-Wasserstein, L-infinity distance on [0,1]^d after the public bounds",
-        "per_column": per_column(Xc, Yc, specs),
+        "mixed_metric": domain.metric(),
+        "per_column": _with_levels(per_column(Xc, Yc, specs), categorical_columns(X, Y, specs)),
         "correlation": correlation_gap(X, Y),
     }
+
+
+def _with_levels(numeric: dict[str, Any], levels: dict[str, Any]) -> dict[str, Any]:
+    """Boolean / category columns get their TVD and level shares next to the code statistics
+    (W1, mean, quantiles of the level codes: the mixed metric's view of the column)."""
+    return {name: {**c, **levels.get(name, {})} for name, c in numeric.items()}
 
 
 def _num(x: float) -> float | None:
