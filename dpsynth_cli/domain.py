@@ -279,10 +279,17 @@ class Declared:
     integers: list[str]
 
     def resolve(
-        self, table_schema: pa.Schema, *, typed: bool, all_columns: list[str] | None = None
+        self,
+        table_schema: pa.Schema,
+        *,
+        typed: bool,
+        all_columns: list[str] | None = None,
+        numbers_only: str | None = None,
     ) -> ColumnChoice:
-        """`resolve_columns` with these declarations."""
-        return resolve_columns(
+        """`resolve_columns` with these declarations. `numbers_only` names a command that reads
+        float and integer columns only (pca, online-replay): a Parquet boolean is then the
+        integer 0/1 as before issue 15, and another declared type is a usage error."""
+        choice = resolve_columns(
             table_schema,
             self.names,
             self.schema,
@@ -292,6 +299,19 @@ class Declared:
             columns_from=self.columns_from,
             all_columns=all_columns,
         )
+        if numbers_only is None:
+            return choice
+        specs = []
+        for s in choice.specs:
+            if s.kind == "boolean" and s.kind_source == "Parquet schema":
+                s = ColumnSpec(s.name, "integer", kind_source=s.kind_source)
+            elif s.kind not in ("float", "integer") or s.nullable:
+                what = "nullable" if s.nullable else s.kind
+                raise UsageError(
+                    f"{numbers_only} reads float and integer columns: column '{s.name}' is {what}"
+                )
+            specs.append(s)
+        return replace(choice, specs=specs)
 
 
 def declare_columns(
@@ -378,8 +398,9 @@ def resolve_columns(
             kind, kind_source = declared.kind, "schema"
         elif name in (integers or []):
             kind, kind_source = "integer", "--integer"
-        elif file_kind:
-            kind, kind_source = file_kind, "Parquet schema"
+        elif file_kind:  # a Parquet boolean given --bounds is read as a number, as it was
+            numeric = file_kind == "boolean" and name in bounds
+            kind, kind_source = "integer" if numeric else file_kind, "Parquet schema"
         else:
             kind, kind_source = "float", "default (float)"
         if kind in ("float", "integer") and arrow_time_kind(dtype):

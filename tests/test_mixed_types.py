@@ -352,3 +352,20 @@ def test_evaluate_reports_tvd_for_levels_and_the_mixed_metric(runner, tmp_path, 
     assert result["NOT_DIFFERENTIALLY_PRIVATE"] is True
     assert 0 <= result["per_column"]["ward"]["tvd"] <= 1
     assert "rho(x, y)" in result["mixed_metric"]["definition"]
+
+
+def test_pca_and_online_replay_read_numbers_only(runner, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("m.csv").write_text(CSV)
+    Path("m.json").write_text(json.dumps(SCHEMA))
+    common = ["m.csv", "--eps", "1", "--schema", "m.json"]
+    for command in (
+        ["pca", *common, "-k", "1"],
+        ["online-replay", *common, "--order-by", "score", "--out-dir", "r"],
+    ):
+        done = runner.invoke(app, command)
+        assert done.exit_code == 2, done.output
+        assert "reads float and integer columns: column 'age' is nullable" in done.output
+    table = pa.table({"b": [True, False], "x": [0.5, 0.25]})
+    declared = resolve_columns(table.schema, None, None, {"b": (0, 1)}, typed=True)
+    assert [s.kind for s in declared.specs] == ["integer", "float"]  # --bounds: a number
