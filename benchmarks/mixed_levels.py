@@ -37,9 +37,7 @@ def table(rng: np.random.Generator, n: int, c: int, levels: int) -> pa.Table:
 
 def specs(c: int, levels: int) -> list[ColumnSpec]:
     names = tuple(str(i) for i in range(levels))
-    cats = [
-        ColumnSpec(f"c{j}", "category", 0.0, float(levels - 1), levels=names) for j in range(c)
-    ]
+    cats = [ColumnSpec(f"c{j}", "category", 0.0, float(levels - 1), levels=names) for j in range(c)]
     return [*cats, ColumnSpec("x", "float", 0.0, 1.0)]
 
 
@@ -60,8 +58,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=20_000)
     args = parser.parse_args()
-    print("| cat. columns | levels L | synth s | mean TVD (floor) | W1 x (floor) | joint W1 rho"
-          " (floor) |")
+    print(
+        "| cat. columns | levels L | synth s | mean TVD (floor) | W1 x (floor) | joint W1 rho"
+        " (floor) |"
+    )
     print("|---|---|---|---|---|---|")
     for c, levels in ((1, 2), (1, 16), (1, 256), (1, 4096), (2, 16), (4, 16), (2, 256)):
         rng = np.random.default_rng(c * 10_000 + levels)

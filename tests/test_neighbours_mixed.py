@@ -8,14 +8,14 @@ value.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.test_neighbours import fix_releases, run_cli
+from tests import test_neighbours as neighbours
+from tests.test_neighbours import fix_releases
 
 SCHEMA = {
     "columns": {
@@ -53,16 +53,9 @@ ROWS = {
 }
 
 
-def compare(runner, tmp_path, monkeypatch, write, rows, extra, args, out_name) -> dict:
-    sides = []
-    for side, table in (("without", rows), ("with", [*rows, extra])):
-        workdir = tmp_path / side
-        workdir.mkdir()
-        (workdir / "schema.json").write_text(json.dumps(SCHEMA))
-        write(workdir, table)
-        sides.append(run_cli(runner, workdir, monkeypatch, [*args, "-o", out_name]))
-    assert sides[0] == sides[1]
-    return sides[0]
+def compare(*args) -> dict:
+    """tests/test_neighbours.compare with this module's schema."""
+    return neighbours.compare(*args, schema=SCHEMA)
 
 
 def write_csv(directory: Path, rows: list[str]) -> None:
