@@ -53,6 +53,7 @@ $(BENCH_VENV)/.installed: pyproject.toml
 
 bench-accuracy: $(BENCH_VENV)/.installed
 	$(BENCH_VENV)/bin/python -m benchmarks.accuracy --write-docs
+	$(BENCH_VENV)/bin/python -m benchmarks.mixed_accuracy   # mixed tables (docs: "Mixed tables")
 
 # Wide tables (--dim): W1 - floor on near-subspace, unstructured and real 10-30 column tables,
 # against every fixed d', --dim full, MST and AIM (docs/benchmarks.md, "Wide tables"); then the

@@ -1,8 +1,9 @@
 """Accuracy on real mixed tables (issue 15): dpsynth synth against smartnoise MST and AIM.
 
 Tables shipped in PyPI packages, with public domains written here (not read from the data):
-- penguins (palmerpenguins, 344 rows): species, island, sex (nullable) categories; bill length
-  and depth, flipper length, body mass (float, field-guide bounds), year (integer 2007-2009).
+- penguins (plotnine.data, the palmerpenguins table, 344 rows): species, island, sex (nullable)
+  categories; bill length and depth, flipper length, body mass (float, field-guide bounds),
+  year (integer 2007-2009).
 - diamonds (plotnine.data, the first 5000 rows of a public shuffle, seed 0): cut, color, clarity
   categories (their documented grades); carat, depth, price (float).
 
@@ -44,9 +45,9 @@ def cat(name: str, levels: list[str], nullable: bool = False) -> ColumnSpec:
 
 
 def penguins() -> tuple[pd.DataFrame, list[ColumnSpec]]:
-    import palmerpenguins
+    from plotnine.data import penguins as table  # the palmerpenguins table, as in its package
 
-    frame = palmerpenguins.load_penguins()
+    frame = table.astype({"species": str, "island": str, "sex": object})
     specs = [
         cat("species", ["Adelie", "Chinstrap", "Gentoo"]),
         cat("island", ["Biscoe", "Dream", "Torgersen"]),

@@ -15,8 +15,12 @@ Schema file (JSON), every key but "columns" optional:
     {"columns": {"age":    {"type": "integer", "lower": 0, "upper": 120},
                  "income": {"type": "float",   "lower": 0, "upper": 500000}}}
 
-"type" is "integer" or "float"; without it a Parquet column's declared type decides, and a CSV
-column (whose text declares no type) is "float" unless `--integer` names it. A column listed
+"type" is "float", "integer", "boolean", "category" (with its public "levels" and an optional
+"other" level for undeclared values), "date" or "datetime" (ISO "lower"/"upper", optional
+"timezone"); "nullable": true makes missing a level of its own (discrete kinds). Cells of these
+types are read by `coltypes` (docs/privacy.md, "Mixed tables"). Without a type a Parquet column's
+declared type decides, and a CSV column (whose text declares no type) is "float" unless
+`--integer` names it. A column listed
 without bounds gets a DP bounds estimate. The chosen columns are those of --columns, else the
 schema's, else those that --bounds and --integer name, else every column of a CSV header or
 every numeric column a Parquet file declares.

@@ -49,9 +49,11 @@ def accuracy_block(
         "w1_bound_per_column": {
             c.name: bound * float(w)
             for c, w in zip(domain.columns, domain.unit_widths, strict=True)
+            if c.kind not in ("boolean", "category")
         },
-        "per_column_note": "bound on the 1-D W1 of each column in original units, relative to "
-        "the input clamped to its bounds",
+        "per_column_note": "bound on the 1-D W1 of each column in original units (dates in "
+        "days, date-times in seconds), relative to the input clamped to its bounds; level "
+        "columns have none (see metric)",
     }
 
 
