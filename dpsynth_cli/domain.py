@@ -467,8 +467,9 @@ def column_codes(column: pa.ChunkedArray, spec: ColumnSpec) -> np.ndarray:
         codes = coltypes.datetime_codes(column, spec.timezone)
     else:
         codes = column_values(column)
-    if spec.nullable:
-        codes = np.where(np.isnan(codes), spec.code_upper, codes)
+    if spec.nullable:  # values clamped first: one past the upper bound is the missing level
+        clamped = np.clip(codes, spec.lower, spec.upper)
+        codes = np.where(np.isnan(codes), math.floor(spec.code_upper), clamped)
     return codes
 
 

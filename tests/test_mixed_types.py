@@ -70,6 +70,10 @@ def test_every_type_round_trips_through_the_unit_cube(tmp_path):
     domain = Domain(tuple(specs))
     out = domain.from_unit(domain.to_unit(values)).to_pylist()
     assert [r["age"] for r in out] == [34, None, 70, 51]  # nullable: missing is a level
+    beyond = pa.table({"age": ["91", "1e9", "-5", "x"]})  # clamped, never the missing level
+    age = Domain((specs[0],))
+    coded = age.from_unit(age.to_unit(value_matrix(beyond, specs[:1])))
+    assert coded.column("age").to_pylist() == [90, 90, 18, None]
     assert [r["sex"] for r in out] == ["F", "M", None, "M"]
     assert [r["ward"] for r in out] == ["A", "B", "other", "C"]  # undeclared Z -> other; trimmed
     assert [str(r["admitted"]) for r in out] == [
