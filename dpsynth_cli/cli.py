@@ -30,6 +30,7 @@ from dpsynth_cli.engine import dask as dask_engine
 from dpsynth_cli.errors import DpsynthError, UsageError
 from dpsynth_cli.mechanisms.base import BatchPlan
 from dpsynth_cli.privacy.noise import RandomSource
+from dpsynth_cli.schema_draft import draft
 from dpsynth_cli.synth import PLAN_RULES, SynthOptions, SynthResult, plan_budget, synthesize
 
 try:  # typer >= 0.22 carries its own copy of click
@@ -489,6 +490,33 @@ def _plot_pair(text: str | None, names: list[str]) -> tuple[int, int] | None:
 
 app.command(epilog=_examples(*pca_cli.EXAMPLES))(guarded(pca_cli.pca))
 app.command(epilog=_examples(*online_cli.EXAMPLES))(guarded(online_cli.online_replay))
+schema_app = typer.Typer(
+    cls=_OneLineErrors,
+    help="Schema files: column types, bounds and levels (public declarations).",
+    no_args_is_help=True,
+)
+app.add_typer(schema_app, name="schema")
+
+
+@schema_app.command(
+    "draft",
+    epilog=_examples(
+        "dpsynth schema draft data.csv > schema.json",
+        "dpsynth schema draft data.parquet > schema.json",
+    ),
+)
+@guarded
+def schema_draft(
+    input: opt.Input,
+    input_format: opt.InputFormat = None,
+) -> None:
+    """Write a starting schema for INPUT to stdout: column names, and the types a Parquet file
+    declares; types of CSV columns, bounds and category levels are left as FILL IN placeholders
+    (reading them from the values would not be private). No row is read."""
+    fmt = io.detect_format(input, input_format)
+    with io.open_input(input, fmt, None) as read:
+        drafted = draft(read.schema, typed=fmt == "parquet")
+    io.write_text_stdout(report.dumps(drafted))
 
 
 def _terminate(signum: int, _frame: Any) -> None:

@@ -116,15 +116,15 @@ def print_evaluation(result: dict[str, Any]) -> None:
     out = Console(soft_wrap=True)
     w1 = result["w1_unit_cube"]
     table = Table(title="dpsynth evaluate: NOT differentially private, do not release")
-    for name in ("column", "W1", "mean real", "mean synth", "std real", "std synth"):
+    for name in ("column", "W1 (TVD)", "mean real", "mean synth", "std real", "std synth"):
         table.add_column(name, justify="left" if name == "column" else "right")
     for name, c in result["per_column"].items():
         table.add_row(
             name,
             *(
-                _fmt(x)
+                _fmt(x) if not isinstance(x, str) else x
                 for x in (
-                    c["w1"],
+                    f"TVD {_fmt(c['tvd'])}" if "tvd" in c else c["w1"],
                     c["mean"]["real"],
                     c["mean"]["synthetic"],
                     c["std"]["real"],

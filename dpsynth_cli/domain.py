@@ -15,8 +15,12 @@ Schema file (JSON), every key but "columns" optional:
     {"columns": {"age":    {"type": "integer", "lower": 0, "upper": 120},
                  "income": {"type": "float",   "lower": 0, "upper": 500000}}}
 
-"type" is "integer" or "float"; without it a Parquet column's declared type decides, and a CSV
-column (whose text declares no type) is "float" unless `--integer` names it. A column listed
+"type" is "float", "integer", "boolean", "category" (with its public "levels" and an optional
+"other" level for undeclared values), "date" or "datetime" (ISO "lower"/"upper", optional
+"timezone"); "nullable": true makes missing a level of its own (discrete kinds). Cells of these
+types are read by `coltypes` (docs/privacy.md, "Mixed tables"). Without a type a Parquet column's
+declared type decides, and a CSV column (whose text declares no type) is "float" unless
+`--integer` names it. A column listed
 without bounds gets a DP bounds estimate. The chosen columns are those of --columns, else the
 schema's, else those that --bounds and --integer name, else every column of a CSV header or
 every numeric column a Parquet file declares.
@@ -33,9 +37,21 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dpsynth_cli import coltypes
 from dpsynth_cli.errors import UsageError
 
-KINDS = ("integer", "float")
+KINDS = ("float", "integer", "boolean", "category", "date", "datetime")
+# Kinds whose values are whole codes (integers, levels, days): each owns an equal-width bin of the
+# unit interval, and a nullable one has "missing" as one more code past the upper one.
+DISCRETE = ("integer", "boolean", "category", "date")
+NULLABLE = DISCRETE
+METRIC_TEXT = (
+    "rho(x, y) = max over columns of |e(x) - e(y)|: a float or datetime column's difference "
+    "divided by its public range; an integer, date, boolean or category column with L codes "
+    "(levels in declared order, then 'missing' if nullable) contributes |i - j| / L. The "
+    "discrete metric 1[i != j] on levels is at most L times this"
+)
+DRAFT_HINT = "`dpsynth schema draft INPUT > schema.json` writes a schema to fill in"
 # Float outputs are rounded to this fraction of the column's public range: far below the error of
 # any mechanism here (W1 in the unit cube is rarely below 1e-3), and it keeps files small.
 OUTPUT_RESOLUTION = 1e-6
@@ -51,19 +67,40 @@ class ColumnSpec:
     upper: float | None = None
     source: str = "declared"
     kind_source: str = "schema"
+    levels: tuple[str, ...] | None = None  # category: the declared levels, in order
+    other: str | None = None  # category: the level an undeclared value maps to
+    nullable: bool = False  # missing is a level of its own (discrete kinds)
+    timezone: str | None = None  # datetime: the zone of naive cells and of the output
 
     @property
     def has_bounds(self) -> bool:
         return self.lower is not None and self.upper is not None
 
+    @property
+    def code_upper(self) -> float:
+        """The largest code: `upper`, or one past it (missing) for a nullable column."""
+        return self.upper + 1 if self.nullable else self.upper
+
     def to_json(self) -> dict:
-        return {
+        out = {
             "type": self.kind,
             "type_source": self.kind_source,
             "lower": self.lower,
             "upper": self.upper,
             "bounds_source": self.source,
         }
+        if self.kind in ("date", "datetime"):
+            out["lower"], out["upper"] = (
+                coltypes.bound_text(v, self.kind, self.timezone) for v in (self.lower, self.upper)
+            )
+        if self.kind in ("boolean", "category"):
+            del out["lower"], out["upper"], out["bounds_source"]
+        levels = list(self.levels or ()) if self.kind == "category" else None
+        extra = {"levels": levels, "other": self.other, "timezone": self.timezone}
+        out.update({k: v for k, v in extra.items() if v})
+        if self.nullable:
+            out["nullable"] = True
+        return out
 
 
 def check_bounds(name: str, lower: float, upper: float, where: str) -> tuple[float, float]:
@@ -101,23 +138,86 @@ def load_schema(path: str) -> dict[str, ColumnSpec]:
     columns = raw.get("columns") if isinstance(raw, dict) else None
     if not isinstance(columns, dict) or not columns:
         raise UsageError(f"--schema {path}: expected an object with a non-empty 'columns' object")
-    return {name: _schema_column(path, name, spec) for name, spec in columns.items()}
+    return {name: schema_column(path, name, spec) for name, spec in columns.items()}
 
 
-def _schema_column(path: str, name: str, spec: object) -> ColumnSpec:
+def schema_column(path: str, name: str, spec: object) -> ColumnSpec:
+    where = f"--schema {path}: column '{name}'"
     if not isinstance(spec, dict):
-        raise UsageError(f"--schema {path}: column '{name}' must be an object")
+        raise UsageError(f"{where} must be an object")
+    for key, value in spec.items():
+        if isinstance(value, str) and value.startswith("FILL IN"):
+            raise UsageError(f"{where}: '{key}' still says FILL IN: replace it with a public fact")
     kind = spec.get("type", "")
     if kind and kind not in KINDS:
-        raise UsageError(f"--schema {path}: column '{name}' type must be 'integer' or 'float'")
+        raise UsageError(f"{where}: type must be one of {', '.join(KINDS)} ({DRAFT_HINT})")
+    nullable = spec.get("nullable", False)
+    if not isinstance(nullable, bool):
+        raise UsageError(f"{where}: 'nullable' must be true or false")
+    if nullable and kind not in NULLABLE:
+        raise UsageError(
+            f"{where}: 'nullable' is supported for {', '.join(NULLABLE)} columns (declare the "
+            "type); rows with a missing value in other columns are dropped"
+        )
+    if kind in ("boolean", "category"):
+        return _level_column(where, name, kind, spec, nullable)
+    if kind in ("date", "datetime"):
+        return _time_column(where, name, kind, spec, nullable)
     lower, upper = spec.get("lower"), spec.get("upper")
     if (lower is None) != (upper is None):
-        raise UsageError(f"--schema {path}: column '{name}' needs both 'lower' and 'upper'")
+        raise UsageError(f"{where} needs both 'lower' and 'upper'")
     if lower is not None:
         if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (lower, upper)):
             raise UsageError(f"--schema {path}: bounds of column '{name}' must be numbers")
         lower, upper = check_bounds(name, lower, upper, f"--schema {path}")
-    return ColumnSpec(name, kind, lower, upper)
+    elif nullable:
+        raise UsageError(f"{where}: a nullable integer column needs declared 'lower' and 'upper'")
+    return ColumnSpec(name, kind, lower, upper, nullable=nullable)
+
+
+def _level_column(where: str, name: str, kind: str, spec: dict, nullable: bool) -> ColumnSpec:
+    """A boolean (levels false, true) or a category with its public list of levels."""
+    if kind == "boolean":
+        if "levels" in spec or "other" in spec:
+            raise UsageError(f"{where}: a boolean column takes no 'levels' or 'other'")
+        levels: tuple[str, ...] = ("false", "true")
+    else:
+        raw = spec.get("levels")
+        if not isinstance(raw, list) or not raw:
+            raise UsageError(
+                f"{where}: a category column needs its public list of levels, "
+                f'"levels": ["a", "b", ...], in the schema ({DRAFT_HINT}); levels read from '
+                "the data would not be private"
+            )
+        if not all(isinstance(v, str) and v.strip() == v and v for v in raw):
+            raise UsageError(f"{where}: levels must be non-empty strings without outer spaces")
+        if len(set(raw)) != len(raw):
+            raise UsageError(f"{where}: a level is listed twice")
+        levels = tuple(raw)
+    other = spec.get("other")
+    if other is not None and other not in levels:
+        raise UsageError(f"{where}: 'other' must be one of its levels")
+    return ColumnSpec(
+        name, kind, 0.0, float(len(levels) - 1), levels=levels, other=other, nullable=nullable
+    )
+
+
+def _time_column(where: str, name: str, kind: str, spec: dict, nullable: bool) -> ColumnSpec:
+    """A date or datetime column on declared ISO bounds (and, for datetime, a time zone)."""
+    lower, upper = spec.get("lower"), spec.get("upper")
+    if lower is None or upper is None:
+        raise UsageError(f"{where}: a {kind} column needs 'lower' and 'upper' (ISO strings)")
+    tz = spec.get("timezone")
+    if kind == "date" and tz is not None:
+        raise UsageError(f"{where}: a date column takes no 'timezone'")
+    if kind == "datetime":
+        tz = coltypes.zone_of(lower) if tz is None else tz
+        if not isinstance(tz, str | None):
+            raise UsageError(f"{where}: 'timezone' must be a string such as \"Europe/Paris\"")
+        tz = coltypes.check_timezone(tz, where) if tz else None
+    lo, hi = (coltypes.parse_iso_bound(v, kind, tz, where) for v in (lower, upper))
+    lo, hi = check_bounds(name, lo, hi, where)
+    return ColumnSpec(name, kind, lo, hi, nullable=nullable, timezone=tz)
 
 
 # A number as `value_matrix` reads it from text (surrounding white space is trimmed first). Every
@@ -129,11 +229,23 @@ NUMBER_PATTERN = (
 
 
 def arrow_kind(dtype: pa.DataType) -> str | None:
-    """The kind a file's declared column type implies: 'integer', 'float', or None (not numeric)."""
-    if pa.types.is_integer(dtype) or pa.types.is_boolean(dtype):
+    """The kind a file's declared column type implies: 'integer', 'float', 'boolean', or None
+    (not numeric)."""
+    if pa.types.is_boolean(dtype):
+        return "boolean"
+    if pa.types.is_integer(dtype):
         return "integer"
     if pa.types.is_floating(dtype) or pa.types.is_decimal(dtype):
         return "float"
+    return None
+
+
+def arrow_time_kind(dtype: pa.DataType) -> str | None:
+    """'date' or 'datetime' for a file's date / timestamp column (bounds must be declared)."""
+    if pa.types.is_date(dtype):
+        return "date"
+    if pa.types.is_timestamp(dtype):
+        return "datetime"
     return None
 
 
@@ -171,10 +283,17 @@ class Declared:
     integers: list[str]
 
     def resolve(
-        self, table_schema: pa.Schema, *, typed: bool, all_columns: list[str] | None = None
+        self,
+        table_schema: pa.Schema,
+        *,
+        typed: bool,
+        all_columns: list[str] | None = None,
+        numbers_only: str | None = None,
     ) -> ColumnChoice:
-        """`resolve_columns` with these declarations."""
-        return resolve_columns(
+        """`resolve_columns` with these declarations. `numbers_only` names a command that reads
+        float and integer columns only (pca, online-replay): a Parquet boolean is then the
+        integer 0/1 as before issue 15, and another declared type is a usage error."""
+        choice = resolve_columns(
             table_schema,
             self.names,
             self.schema,
@@ -184,6 +303,19 @@ class Declared:
             columns_from=self.columns_from,
             all_columns=all_columns,
         )
+        if numbers_only is None:
+            return choice
+        specs = []
+        for s in choice.specs:
+            if s.kind == "boolean" and s.kind_source == "Parquet schema":
+                s = ColumnSpec(s.name, "integer", kind_source=s.kind_source)
+            elif s.kind not in ("float", "integer") or s.nullable:
+                what = "nullable" if s.nullable else s.kind
+                raise UsageError(
+                    f"{numbers_only} reads float and integer columns: column '{s.name}' is {what}"
+                )
+            specs.append(s)
+        return replace(choice, specs=specs)
 
 
 def declare_columns(
@@ -262,24 +394,43 @@ def resolve_columns(
     specs = []
     for name in names:
         dtype = table_schema.field(name).type
-        file_kind = arrow_kind(dtype) if typed else None
-        if file_kind is None and not is_text(dtype):
-            raise UsageError(
-                f"column '{name}' has type {dtype} in the input's schema: only numeric columns "
-                "(or text holding numbers) can be synthesised for now"
-            )
+        if pa.types.is_dictionary(dtype):
+            dtype = dtype.value_type
+        file_kind = (arrow_kind(dtype) or arrow_time_kind(dtype)) if typed else None
         declared = (schema or {}).get(name)
         if declared and declared.kind:
             kind, kind_source = declared.kind, "schema"
         elif name in (integers or []):
             kind, kind_source = "integer", "--integer"
-        elif file_kind:
-            kind, kind_source = file_kind, "Parquet schema"
+        elif file_kind:  # a Parquet boolean given --bounds is read as a number, as it was
+            numeric = file_kind == "boolean" and name in bounds
+            kind, kind_source = "integer" if numeric else file_kind, "Parquet schema"
         else:
             kind, kind_source = "float", "default (float)"
+        if kind in ("float", "integer") and arrow_time_kind(dtype):
+            raise UsageError(
+                f"column '{name}' has type {dtype} in the input's schema: declare it as a "
+                "date or datetime column"
+            )
+        if kind_source != "schema" and file_kind is None and not is_text(dtype):
+            raise UsageError(
+                f"column '{name}' has type {dtype} in the input's schema: declare its type "
+                f"in --schema ({DRAFT_HINT})"
+            )
+        if kind in ("date", "datetime", "category") and kind_source != "schema":
+            raise UsageError(
+                f"column '{name}' is a {kind} column: declare it in --schema with its "
+                f"{'levels' if kind == 'category' else 'bounds'} ({DRAFT_HINT})"
+            )
+        if kind == "boolean" and kind_source != "schema":
+            declared = ColumnSpec(name, kind, 0.0, 1.0, levels=("false", "true"))
         spec = replace(declared or ColumnSpec(name, kind), kind=kind, kind_source=kind_source)
         if name in bounds:
+            if kind not in ("float", "integer"):
+                raise UsageError(f"--bounds: column '{name}' is a {kind} column, not a number")
             spec = replace(spec, lower=bounds[name][0], upper=bounds[name][1], source="declared")
+        if kind != "integer" and name in (integers or []):
+            raise UsageError(f"--integer: column '{name}' is declared {kind} in the schema")
         specs.append(spec)
     return ColumnChoice(specs, columns_from, left_out)
 
@@ -303,6 +454,25 @@ def column_values(column: pa.ChunkedArray) -> np.ndarray:
     return column.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
 
 
+def column_codes(column: pa.ChunkedArray, spec: ColumnSpec) -> np.ndarray:
+    """One column as float64 codes of its declared kind (`coltypes`), missing cells as NaN, or
+    as the missing level's code for a nullable column."""
+    if spec.kind == "boolean":
+        codes = coltypes.boolean_codes(column)
+    elif spec.kind == "category":
+        codes = coltypes.category_codes(column, spec.levels or (), spec.other)
+    elif spec.kind == "date":
+        codes = coltypes.date_codes(column)
+    elif spec.kind == "datetime":
+        codes = coltypes.datetime_codes(column, spec.timezone)
+    else:
+        codes = column_values(column)
+    if spec.nullable:  # values clamped first: one past the upper bound is the missing level
+        clamped = np.clip(codes, spec.lower, spec.upper)
+        codes = np.where(np.isnan(codes), math.floor(spec.code_upper), clamped)
+    return codes
+
+
 def value_matrix(table: pa.Table, specs: list[ColumnSpec]) -> np.ndarray:
     """The chosen columns as float64 (n, d), rows with any missing value (null or NaN) dropped."""
     if not specs:
@@ -310,7 +480,7 @@ def value_matrix(table: pa.Table, specs: list[ColumnSpec]) -> np.ndarray:
     values = np.empty((table.num_rows, len(specs)))
     missing = np.zeros(table.num_rows, dtype=bool)
     for j, s in enumerate(specs):
-        values[:, j] = column_values(table.column(s.name))
+        values[:, j] = column_codes(table.column(s.name), s)
         missing |= np.isnan(values[:, j])
     return values[~missing] if missing.any() else values
 
@@ -332,9 +502,9 @@ class Domain:
                 raise UsageError(f"bounds of integer column '{c.name}' contain no integer")
 
     def _interval(self) -> tuple[np.ndarray, np.ndarray]:
-        pad = np.array([0.5 if c.kind == "integer" else 0.0 for c in self.columns])
+        pad = np.array([0.5 if c.kind in DISCRETE else 0.0 for c in self.columns])
         lo = np.array([c.lower for c in self.columns], dtype=np.float64)
-        hi = np.array([c.upper for c in self.columns], dtype=np.float64)
+        hi = np.array([c.code_upper for c in self.columns], dtype=np.float64)
         lo = np.where(pad > 0, np.ceil(lo), lo) - pad
         hi = np.where(pad > 0, np.floor(hi), hi) + pad
         return lo, hi - lo
@@ -351,6 +521,20 @@ class Domain:
             unit = values - lo
             unit /= width
         return np.clip(unit, 0.0, 1.0, out=unit)
+
+    def metric(self) -> dict:
+        """The metric the unit-cube W1 bound is stated on, for the report (docs/privacy.md)."""
+        bins = {
+            c.name: int(math.floor(c.code_upper) - math.ceil(c.lower) + 1)
+            for c in self.columns
+            if c.kind in DISCRETE
+        }
+        return {
+            "definition": METRIC_TEXT,
+            "bins_per_discrete_column": bins,
+            "bound": "W1 under this metric <= min(2 B, B + max over discrete columns of 1/(2L)) "
+            "with B the unit-cube bound (plus 5e-7 for the rounding of float columns)",
+        }
 
     def decimals(self) -> dict[str, int]:
         """Decimal places written for each float column: enough to resolve OUTPUT_RESOLUTION of
@@ -369,17 +553,24 @@ class Domain:
 
     def from_unit(self, unit: np.ndarray) -> pa.Table:
         """Back to original units; integer columns rounded, float columns rounded to
-        `decimals()`, all kept inside their bounds."""
+        `decimals()`, all kept inside their bounds; levels, dates and missing values from
+        their codes (`coltypes`)."""
         lo, width = self._interval()
         values = lo + unit * width
         decimals = self.decimals()
         arrays = {}
         for j, col in enumerate(self.columns):
-            if col.kind == "integer":
-                ints = np.clip(
-                    np.floor(values[:, j] + 0.5), math.ceil(col.lower), math.floor(col.upper)
-                )
-                arrays[col.name] = pa.array(ints.astype(np.int64))
+            if col.kind in DISCRETE:
+                top = math.floor(col.code_upper)
+                ints = np.clip(np.floor(values[:, j] + 0.5), math.ceil(col.lower), top)
+                if col.kind == "integer" and not col.nullable:
+                    arrays[col.name] = pa.array(ints.astype(np.int64))
+                else:
+                    missing = col.nullable & (ints == top)
+                    arrays[col.name] = coltypes.output_array(ints, missing, col)
+            elif col.kind == "datetime":
+                seconds = np.clip(values[:, j], col.lower, col.upper)
+                arrays[col.name] = coltypes.datetime_array(seconds, col.timezone)
             else:
                 rounded = np.round(values[:, j], decimals[col.name])
                 arrays[col.name] = pa.array(np.clip(rounded, col.lower, col.upper))

@@ -47,6 +47,7 @@ from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
@@ -1493,10 +1494,22 @@ def _csv_chunks(pieces: Iterable[Piece], schema: pa.Schema, name: str) -> Iterat
 def _csv_chunk(piece: Piece, header: bool, name: str) -> pa.Buffer:
     sink = pa.BufferOutputStream()
     try:
+        piece = _iso_times(piece)
         pacsv.write_csv(piece, sink, pacsv.WriteOptions(include_header=header))
     except pa.ArrowException:
         raise DataError(f"cannot write {name} as CSV (unsupported column type)") from None
     return sink.getvalue()
+
+
+def _iso_times(piece: Piece) -> Piece:
+    """Date-time columns as ISO 8601 text (2024-01-31T08:00:00, +0100 in a zoned column's time
+    zone), as they are read; pyarrow would write a space and a fraction."""
+    for i, field in enumerate(piece.schema):
+        if pa.types.is_timestamp(field.type):
+            iso = "%Y-%m-%dT%H:%M:%S" + ("%z" if field.type.tz else "")
+            text = pc.strftime(piece.column(i), format=iso)
+            piece = piece.set_column(i, field.name, text)
+    return piece
 
 
 def _parquet_chunks(pieces: Iterable[Piece], schema: pa.Schema, name: str) -> Iterator[bytes]:

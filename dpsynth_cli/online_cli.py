@@ -211,7 +211,9 @@ def online_replay(
         read = io.open_input(input, in_fmt, declared.names + extra, header=not no_header)
         with read:
             typed = in_fmt == "parquet"
-            specs = declared.resolve(read.schema, typed=typed, all_columns=read.all_columns).specs
+            specs = declared.resolve(
+                read.schema, typed=typed, all_columns=read.all_columns, numbers_only="online-replay"
+            ).specs
             plan_for(options, specs)  # usage errors before any row is read
             table = read.read_all()
     source = RandomSource.seeded(seed) if seed is not None else RandomSource.secure()

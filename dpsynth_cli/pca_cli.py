@@ -114,7 +114,9 @@ def pca(
         read = io.open_input(input, in_fmt, declared.names, header=not no_header)
     with read:
         typed = in_fmt == "parquet"
-        choice = declared.resolve(read.schema, typed=typed, all_columns=read.all_columns)
+        choice = declared.resolve(
+            read.schema, typed=typed, all_columns=read.all_columns, numbers_only="pca"
+        )
         specs = choice.specs
         _check_bounds(specs)
         validate(k, len(specs), method, eps, delta)  # usage errors before any pass over rows

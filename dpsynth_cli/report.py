@@ -20,8 +20,9 @@ NOT_FOR_RELEASE = "NOT FOR RELEASE: seeded run (reproducible noise)"
 DOMAIN_NOTE = (
     "columns, types and bounds come from declarations only (flags, schema file, the CSV "
     "header's names, a Parquet file's declared column types) or from the DP bounds estimate in "
-    "the ledger; never from the values. Cells that are not numbers are missing; rows with a "
-    "missing value are dropped; values outside the bounds are clamped."
+    "the ledger; never from the values. A cell that is not a value of its column's declared "
+    "type (or an undeclared level without an 'other' level) is missing; rows with a missing "
+    "value are dropped unless the column is nullable; values outside the bounds are clamped."
 )
 
 
@@ -30,7 +31,11 @@ def accuracy_block(
 ) -> dict[str, Any]:
     """The mechanism's a-priori W1 bound at the noisy count, in the unit cube and per column,
     and whether the output carries signal (`uniformity.signal_block`)."""
-    block: dict[str, Any] = {"guarantee": run.guarantee, "signal": signal}
+    block: dict[str, Any] = {
+        "guarantee": run.guarantee,
+        "metric": domain.metric(),
+        "signal": signal,
+    }
     if run.w1_bound is None:
         return block
     bound = run.w1_bound
@@ -44,9 +49,11 @@ def accuracy_block(
         "w1_bound_per_column": {
             c.name: bound * float(w)
             for c, w in zip(domain.columns, domain.unit_widths, strict=True)
+            if c.kind not in ("boolean", "category")
         },
-        "per_column_note": "bound on the 1-D W1 of each column in original units, relative to "
-        "the input clamped to its bounds",
+        "per_column_note": "bound on the 1-D W1 of each column in original units (dates in "
+        "days, date-times in seconds), relative to the input clamped to its bounds; level "
+        "columns have none (see metric)",
     }
 
 

@@ -85,9 +85,11 @@ def test_columns_and_types_come_from_declarations_only():
         resolve_columns(parquet, ["a"], None, {"b": (0, 1)}, typed=True)
     with pytest.raises(UsageError, match="--integer"):
         resolve_columns(parquet, ["a"], None, {}, typed=True, integers=["b"])
-    dated = pa.schema([("t", pa.timestamp("ms"))])
-    with pytest.raises(UsageError, match="'t' has type timestamp"):
+    dated = pa.schema([("t", pa.timestamp("ms")), ("l", pa.list_(pa.int64()))])
+    with pytest.raises(UsageError, match="'t' is a datetime column: declare it in --schema"):
         resolve_columns(dated, ["t"], None, {}, typed=True)
+    with pytest.raises(UsageError, match="'l' has type list<item: int64>"):
+        resolve_columns(dated, ["l"], None, {}, typed=True)
     assert requested_columns("a, b", None) == (["a", "b"], "--columns")
     assert requested_columns(None, schema, ["a"]) == (["b"], "schema")
     assert requested_columns(None, None, ["a", "b", "a"]) == (["a", "b"], "--bounds/--integer")

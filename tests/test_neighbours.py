@@ -75,12 +75,14 @@ def write_csv(path: Path, rows: list[tuple[str, str]]) -> None:
     path.write_text("a,b\n" + "".join(f"{a},{b}\n" for a, b in rows))
 
 
-def compare(runner, tmp_path, monkeypatch, write, rows, extra_row, args, out_name) -> dict:
+def compare(
+    runner, tmp_path, monkeypatch, write, rows, extra_row, args, out_name, schema=SCHEMA
+) -> dict:
     sides = []
     for side, table in (("without", rows), ("with", [*rows, extra_row])):
         workdir = tmp_path / side
         workdir.mkdir()
-        (workdir / "schema.json").write_text(json.dumps(SCHEMA))
+        (workdir / "schema.json").write_text(json.dumps(schema))
         write(workdir, table)
         sides.append(run_cli(runner, workdir, monkeypatch, [*args, "-o", out_name]))
     assert sides[0] == sides[1]

@@ -97,3 +97,20 @@ def test_penguins_walk_through(tmp_path):
     ]
     assert synth["year"].between(2007, 2009).all() and synth["year"].dtype.kind == "i"
     assert "W1 on the unit cube" in done.stdout
+
+
+def test_mixed_tables_section_runs_as_written(tmp_path):
+    """The schema draft and the mixed-table synth of the README (the `make demo` table)."""
+    sample = Path(__file__).resolve().parent.parent / "sample_data"
+    (tmp_path / "sample_data").mkdir()
+    for name in ("admissions.csv", "admissions.schema.json"):
+        (tmp_path / "sample_data" / name).write_bytes((sample / name).read_bytes())
+    done = run_block(block_after("### Mixed tables: categories, booleans, dates"), tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "draft.json").read_text())["columns"]["ward"]["type"].startswith(
+        "FILL IN"
+    )
+    synth = pd.read_csv(tmp_path / "admissions.synth.csv", keep_default_na=False)
+    assert list(synth.columns) == list(pd.read_csv(sample / "admissions.csv", nrows=0).columns)
+    assert set(synth["ward"]) <= {"cardiology", "surgery", "maternity", "oncology", "other"}
+    assert set(synth["smoker"]) <= {"true", "false", ""}

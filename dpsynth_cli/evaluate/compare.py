@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from dpsynth_cli.domain import ColumnSpec, Domain, column_values
+from dpsynth_cli.domain import ColumnSpec, Domain, column_values, schema_column
 from dpsynth_cli.errors import DataError, UsageError
+from dpsynth_cli.evaluate.categorical import categorical_columns
 from dpsynth_cli.evaluate.stats import TableStats, default_sample_rows
 from dpsynth_cli.evaluate.w1 import bracket_summary, w1_1d, w1_summary
 from dpsynth_cli.evaluate.w1_binned import binned_quantiles, default_max_bins, w1_1d_bracket
@@ -37,7 +38,8 @@ STREAMED_NOTE = (
     "one pass of mergeable statistics, the subsample estimate from uniform samples of "
     "sample_rows rows; per-column w1 is the midpoint of its certified w1_bounds, quantiles are "
     "exact at a histogram bin's smallest or largest value and otherwise within one bin "
-    "((upper - lower) / 2**depth, histogram_depths) of the exact ones"
+    "((upper - lower) / 2**depth, histogram_depths) of the exact ones; the level shares and TVD "
+    "of boolean / category columns come from the uniform samples"
 )
 
 
@@ -45,14 +47,15 @@ def specs_from_report(path: str) -> list[ColumnSpec]:
     """Columns and bounds exactly as a synth run used them (its report's `domain` block)."""
     try:
         domain = json.loads(Path(path).read_text(encoding="utf-8"))["domain"]
-        return [
-            ColumnSpec(name, c["type"], float(c["lower"]), float(c["upper"]), "report")
-            for name, c in domain.items()
-        ]
+        # the report's domain entries are schema entries (levels, ISO bounds, ...) with bounds
+        specs = [replace(schema_column(path, n, c), source="report") for n, c in domain.items()]
     except FileNotFoundError:
         raise UsageError(f"--from-report {path}: file not found") from None
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, UsageError):
         raise UsageError(f"--from-report {path}: not a dpsynth synth report") from None
+    if not all(s.has_bounds for s in specs):
+        raise UsageError(f"--from-report {path}: not a dpsynth synth report")
+    return specs
 
 
 def columns_with_numbers(data: TableData) -> list[str]:
@@ -230,7 +233,11 @@ def _from_rows(
     return {
         "w1_unit_cube": w1_summary(domain.to_unit(X), domain.to_unit(Y), rng=rng),
         "metric": METRIC,
-        "per_column": per_column(np.clip(X, lo, hi), np.clip(Y, lo, hi), specs),
+        "mixed_metric": domain.metric(),
+        "per_column": _with_levels(
+            per_column(np.clip(X, lo, hi), np.clip(Y, lo, hi), specs),
+            categorical_columns(X, Y, specs),
+        ),
         "correlation": correlation_gap(X, Y),
     }
 
@@ -273,7 +280,9 @@ def _from_statistics(
     return {
         "w1_unit_cube": w1,
         "metric": METRIC,
-        "per_column": _floats(columns),
+        "mixed_metric": domain.metric(),
+        # level shares and TVD of boolean / category columns from the uniform samples
+        "per_column": _with_levels(_floats(columns), categorical_columns(X, Y, specs)),
         "correlation": (
             _correlation(real.raw.correlation(), synth.raw.correlation()) if d >= 2 else None
         ),
@@ -301,6 +310,12 @@ def _from_statistics(
 
 def _batches(data: TableData) -> Iterable[pa.Table | pa.RecordBatch]:
     return [data] if isinstance(data, pa.Table) else data()
+
+
+def _with_levels(numeric: dict[str, Any], levels: dict[str, Any]) -> dict[str, Any]:
+    """Boolean / category columns get their TVD and level shares next to the code statistics
+    (W1, mean, quantiles of the level codes: the mixed metric's view of the column)."""
+    return {name: {**c, **levels.get(name, {})} for name, c in numeric.items()}
 
 
 def _num(x: float) -> float | None:

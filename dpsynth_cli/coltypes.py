@@ -1,0 +1,208 @@
+"""Non-numeric column types (boolean, category, date, datetime): cells to numeric codes, and back.
+
+Every type is read as a number on a public, declared scale, so the rest of the pipeline (bounds,
+the unit cube, the mechanisms) is unchanged:
+
+- boolean: false -> 0, true -> 1 (a 2-level category).
+- category: the i-th declared level -> i (0-based). A value not among the levels is the declared
+  `other` level, else missing; never an error and never a new level.
+- date: days since 1970-01-01; datetime: seconds since 1970-01-01T00:00:00Z (wall-clock seconds
+  for a column without a time zone).
+- nullable columns (discrete kinds: integer, boolean, category, date): missing is one more code,
+  one past the upper one, i.e. a level of its own.
+
+Each cell is parsed on its own (vectorised): a cell that is not a value of its declared type is
+missing, so no cell can make the parse of another cell, or of the column, fail.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dpsynth_cli.errors import UsageError
+
+TRUE_TEXT = ("true", "t", "1", "yes", "y")
+FALSE_TEXT = ("false", "f", "0", "no", "n")
+_EPOCH = dt.date(1970, 1, 1)
+
+
+def as_text(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Any column as trimmed text (dictionary decoded, numbers and booleans printed); an empty
+    cell is missing."""
+    if pa.types.is_dictionary(column.type):
+        column = column.cast(column.type.value_type)
+    if pa.types.is_boolean(column.type):
+        column = pc.if_else(column, "true", "false")
+    text = pc.utf8_trim_whitespace(column.cast(pa.string()))
+    return pc.if_else(pc.equal(text, ""), pa.scalar(None, pa.string()), text)
+
+
+def _codes(index: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Numbers with nulls as NaN (float64; beyond 2^53 the nearest double, never an error)."""
+    return pc.cast(index, pa.float64(), safe=False).to_numpy(zero_copy_only=False)
+
+
+# Timestamps are clamped to +-7900 years around 1970 before any time-zone arithmetic, so that no
+# value (int64 extremes included) can make it fail; every declared bound lies well inside.
+_LIMIT_SECONDS = 2.5e11
+_PER_SECOND = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}
+
+
+def _timestamp_seconds(column: pa.ChunkedArray, tz: str | None, local: bool) -> np.ndarray:
+    """Seconds since the epoch of a timestamp column, clamped to +-_LIMIT_SECONDS: the instant
+    (a zoned column, or a naive one read in `tz`), or with `local` the wall-clock time."""
+    unit, zone = column.type.unit, column.type.tz
+    raw = _codes(pc.cast(column, pa.int64())) / _PER_SECOND[unit]
+    seconds = np.clip(raw, -_LIMIT_SECONDS, _LIMIT_SECONDS)
+    if (zone is None and (local or tz is None)) or (zone is not None and not local):
+        return seconds  # the wall-clock time asked for, or the instant a zoned column holds
+    missing = np.isnan(seconds)
+    stamps = pa.array(np.where(missing, 0, seconds).astype(np.int64), pa.timestamp("s", zone))
+    if local:
+        stamps = pc.local_timestamp(stamps)
+    else:
+        stamps = pc.assume_timezone(stamps, tz, ambiguous="earliest", nonexistent="earliest")
+    out = _codes(pc.cast(stamps, pa.int64()))
+    return np.where(missing, np.nan, out)
+
+
+def boolean_codes(column: pa.ChunkedArray) -> np.ndarray:
+    """0 / 1 from a boolean column, from 0 / 1 numbers, or from text (TRUE_TEXT, FALSE_TEXT,
+    any case); anything else is missing (NaN)."""
+    if pa.types.is_boolean(column.type):
+        return _codes(column)
+    text = pc.utf8_lower(as_text(column))
+    one = pc.is_in(text, value_set=pa.array(TRUE_TEXT))
+    zero = pc.is_in(text, value_set=pa.array(FALSE_TEXT))
+    code = pc.if_else(one, 1.0, pc.if_else(zero, 0.0, pa.scalar(None, pa.float64())))
+    return _codes(code)
+
+
+def category_codes(column: pa.ChunkedArray, levels: tuple[str, ...], other: str | None):
+    """The index of each cell's level (text after trimming); an undeclared value is `other`'s
+    index when declared, else missing (NaN) like an empty cell."""
+    text = as_text(column)
+    index = pc.index_in(text, value_set=pa.array(levels, pa.string()))
+    if other is not None:
+        fallback = pa.scalar(levels.index(other), index.type)
+        index = pc.if_else(pc.and_(pc.is_null(index), pc.is_valid(text)), fallback, index)
+    return _codes(index)
+
+
+def date_codes(column: pa.ChunkedArray) -> np.ndarray:
+    """Days since 1970-01-01: a date column, a timestamp's date, or ISO text YYYY-MM-DD."""
+    if pa.types.is_timestamp(column.type):
+        return np.floor(_timestamp_seconds(column, None, local=True) / 86400.0)
+    if pa.types.is_date(column.type):
+        return _codes(pc.cast(pc.cast(column, pa.date32()), pa.int32()))
+    text = as_text(column)
+    parsed = pc.strptime(text, format="%Y-%m-%d", unit="s", error_is_null=True)
+    # strptime rolls 2020-02-30 over to March and accepts a trailing time: print it back
+    exact = pc.equal(pc.strftime(parsed, format="%Y-%m-%d"), text)
+    days = pc.divide(pc.cast(parsed, pa.int64()), 86400)
+    return _codes(pc.if_else(exact, days, pa.scalar(None, pa.int64())))
+
+
+def datetime_codes(column: pa.ChunkedArray, tz: str | None) -> np.ndarray:
+    """Seconds since the epoch. A cell with an offset (or a zoned timestamp) is that instant; a
+    cell without one is wall-clock time in the column's time zone `tz` (a column without a time
+    zone keeps wall-clock seconds; an aware cell is then taken in UTC)."""
+    if pa.types.is_timestamp(column.type):
+        return _timestamp_seconds(column, tz, local=False)
+    if pa.types.is_date(column.type):  # midnight, wall-clock
+        days = _codes(pc.cast(pc.cast(column, pa.date32()), pa.int32()))
+        seconds = np.clip(days * 86400.0, -_LIMIT_SECONDS, _LIMIT_SECONDS)
+        midnight = pa.array(np.nan_to_num(seconds).astype(np.int64), pa.timestamp("s"))
+        midnight = pc.if_else(pa.array(np.isnan(seconds)), None, midnight)
+        return _timestamp_seconds(pa.chunked_array([midnight]), tz, local=False)
+    text = pd.Series(as_text(column).to_numpy(zero_copy_only=False), dtype=object)
+    # ISO text only: pandas would also read words such as "now" and "today"
+    iso = text.str.match(r"\d{4}-\d\d-\d\d(?:[T ]|$)", na=False)
+    aware = iso & text.str.contains(r"(?:Z|[+-]\d\d:?\d\d)$", regex=True, na=False)
+    out = np.full(len(text), np.nan)
+    if aware.any():
+        stamps = pd.to_datetime(text[aware], errors="coerce", format="ISO8601", utc=True)
+        out[aware.to_numpy()] = _seconds(stamps)
+    naive = (iso & ~aware).to_numpy()
+    if naive.any():
+        stamps = pd.to_datetime(text[naive], errors="coerce", format="ISO8601")
+        if tz is not None:
+            stamps = stamps.dt.tz_localize(tz, ambiguous="NaT", nonexistent="NaT")
+        out[naive] = _seconds(stamps)
+    return out
+
+
+def _seconds(stamps: pd.Series) -> np.ndarray:
+    """Seconds since the epoch, NaT as NaN (an aware series as UTC instants)."""
+    if getattr(stamps.dt, "tz", None) is not None:
+        stamps = stamps.dt.tz_convert("UTC").dt.tz_localize(None)
+    micros = stamps.to_numpy().astype("datetime64[us]").astype(np.int64).astype(np.float64)
+    return np.where(stamps.isna().to_numpy(), np.nan, micros / 1e6)
+
+
+def parse_iso_bound(value: object, kind: str, tz: str | None, where: str) -> float:
+    """A declared date / datetime bound (ISO text) as its code; a non-ISO bound is a usage
+    error (it is a declaration, not data)."""
+    if isinstance(value, str):
+        array = pa.chunked_array([pa.array([value])])
+        code = date_codes(array) if kind == "date" else datetime_codes(array, tz)
+        if np.isfinite(code[0]):
+            return float(code[0])
+    example = "2024-01-31" if kind == "date" else "2024-01-31T08:00:00"
+    raise UsageError(f'{where}: bounds must be ISO {kind} strings, e.g. "{example}"')
+
+
+def bound_text(code: float, kind: str, tz: str | None) -> str:
+    """A bound's code back as ISO text (for the report)."""
+    if kind == "date":
+        return (_EPOCH + dt.timedelta(days=int(code))).isoformat()
+    stamp = pd.Timestamp(int(round(code * 1e6)), unit="us")
+    return (stamp.tz_localize("UTC").tz_convert(tz) if tz else stamp).isoformat()
+
+
+def zone_of(value: object) -> str | None:
+    """The fixed offset a datetime bound declares (e.g. '+01:00'), or None for naive text."""
+    if not isinstance(value, str):
+        return None
+    try:
+        stamp = pd.Timestamp(value)
+    except ValueError:
+        return None
+    if stamp.tzinfo is None:
+        return None
+    offset = stamp.utcoffset() or dt.timedelta(0)
+    minutes = int(offset.total_seconds() // 60)
+    sign = "+" if minutes >= 0 else "-"
+    return f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
+def check_timezone(tz: str, where: str) -> str:
+    """A declared time zone must be one Arrow knows (an IANA name or a fixed offset)."""
+    try:
+        pa.array([0], pa.timestamp("s", tz)).to_pylist()
+    except (pa.ArrowException, ValueError):
+        raise UsageError(f"{where}: unknown time zone '{tz}'") from None
+    return tz
+
+
+def output_array(codes: np.ndarray, missing: np.ndarray, spec) -> pa.Array:
+    """Integer codes (already clipped to the declared range) as the column's output type."""
+    mask = missing if missing.any() else None
+    safe = np.where(missing, 0, codes).astype(np.int64)
+    if spec.kind == "boolean":
+        return pa.array(safe == 1, pa.bool_(), mask=mask)
+    if spec.kind == "category":
+        return pa.array(np.asarray(spec.levels, dtype=object)[safe], pa.string(), mask=mask)
+    if spec.kind == "date":
+        return pa.array(safe.astype(np.int32), pa.date32(), mask=mask)
+    return pa.array(safe, pa.int64(), mask=mask)
+
+
+def datetime_array(seconds: np.ndarray, tz: str | None) -> pa.Array:
+    """Seconds since the epoch as a timestamp[s] column in the column's time zone."""
+    return pa.array(np.round(seconds).astype(np.int64), pa.timestamp("s", tz))

@@ -1,0 +1,375 @@
+"""Mixed tables (issue 15): boolean, category, date, datetime and nullable columns.
+
+Round trips of every type through the unit cube (time zones and nulls included), schema errors,
+`schema draft`, the output's dtypes, and the two facts the privacy and accuracy arguments rest on:
+each row is coded on its own (so one row more in the file is at most one point more in the cube),
+and the stated mixed metric is within min(2t, t + 1/(2L)) of the cube distance t.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from dpsynth_cli.cli import app
+from dpsynth_cli.domain import ColumnSpec, Domain, load_schema, resolve_columns, value_matrix
+from dpsynth_cli.errors import UsageError
+
+SCHEMA = {
+    "columns": {
+        "age": {"type": "integer", "lower": 18, "upper": 90, "nullable": True},
+        "sex": {"type": "category", "levels": ["F", "M"], "nullable": True},
+        "ward": {"type": "category", "levels": ["A", "B", "C", "other"], "other": "other"},
+        "admitted": {"type": "date", "lower": "2021-01-01", "upper": "2022-12-31"},
+        "seen": {
+            "type": "datetime",
+            "lower": "2021-01-01T00:00:00",
+            "upper": "2023-01-01T00:00:00",
+            "timezone": "Europe/Paris",
+        },
+        "smoker": {"type": "boolean", "nullable": True},
+        "score": {"type": "float", "lower": 0, "upper": 5},
+    }
+}
+CSV = """age,sex,ward,admitted,seen,smoker,score
+34,F,A,2021-03-04,2021-03-04T10:15:00,true,1.5
+,M,B,2021-05-01,2021-05-01 08:00:00+02:00,no,2.5
+70,,Z,2022-12-31,2022-12-31T23:59:59Z,,4
+51,M, C ,2021-07-01,2021-07-01T12:00:00,1,0
+"""
+
+
+def specs_of(schema: dict, tmp_path: Path, table_schema: pa.Schema | None = None):
+    path = tmp_path / "schema.json"
+    path.write_text(json.dumps(schema))
+    declared = load_schema(str(path))
+    names = list(declared)
+    table_schema = table_schema or pa.schema([(n, pa.string()) for n in names])
+    return resolve_columns(table_schema, names, declared, {}, typed=False).specs
+
+
+def csv_table(text: str) -> pa.Table:
+    import pyarrow.csv as pacsv
+
+    names = text.splitlines()[0].split(",")
+    types = {n: pa.string() for n in names}
+    return pacsv.read_csv(
+        pa.py_buffer(text.encode()), convert_options=pacsv.ConvertOptions(column_types=types)
+    )
+
+
+def test_every_type_round_trips_through_the_unit_cube(tmp_path):
+    specs = specs_of(SCHEMA, tmp_path)
+    values = value_matrix(csv_table(CSV), specs)
+    domain = Domain(tuple(specs))
+    out = domain.from_unit(domain.to_unit(values)).to_pylist()
+    assert [r["age"] for r in out] == [34, None, 70, 51]  # nullable: missing is a level
+    beyond = pa.table({"age": ["91", "1e9", "-5", "x"]})  # clamped, never the missing level
+    age = Domain((specs[0],))
+    coded = age.from_unit(age.to_unit(value_matrix(beyond, specs[:1])))
+    assert coded.column("age").to_pylist() == [90, 90, 18, None]
+    assert [r["sex"] for r in out] == ["F", "M", None, "M"]
+    assert [r["ward"] for r in out] == ["A", "B", "other", "C"]  # undeclared Z -> other; trimmed
+    assert [str(r["admitted"]) for r in out] == [
+        "2021-03-04",
+        "2021-05-01",
+        "2022-12-31",
+        "2021-07-01",
+    ]
+    seen = [r["seen"].isoformat() for r in out]
+    # naive cells are Paris wall-clock time (winter +01:00, summer +02:00), offsets are instants
+    assert seen == [
+        "2021-03-04T10:15:00+01:00",
+        "2021-05-01T08:00:00+02:00",
+        "2023-01-01T00:00:00+01:00",  # 23:59:59Z is 00:59:59 in Paris: clamped to the bound
+        "2021-07-01T12:00:00+02:00",
+    ]
+    assert [r["smoker"] for r in out] == [True, False, None, True]
+    assert [r["score"] for r in out] == [1.5, 2.5, 4.0, 0.0]
+    assert domain.output_schema().types == [
+        pa.int64(),
+        pa.string(),
+        pa.string(),
+        pa.date32(),
+        pa.timestamp("s", "Europe/Paris"),
+        pa.bool_(),
+        pa.float64(),
+    ]
+
+
+def test_bad_cells_are_missing_and_drop_the_row_unless_nullable(tmp_path):
+    schema = {
+        "columns": {
+            "sex": {"type": "category", "levels": ["F", "M"]},
+            "d": {"type": "date", "lower": "2020-01-01", "upper": "2020-12-31"},
+            "b": {"type": "boolean"},
+            "t": {"type": "datetime", "lower": "2020-01-01T00:00", "upper": "2021-01-01T00:00"},
+        }
+    }
+    specs = specs_of(schema, tmp_path)
+    rows = [
+        "F,2020-02-03,true,2020-05-05T05:05:05",  # kept
+        "X,2020-02-03,true,2020-05-05T05:05:05",  # undeclared level, no other: missing
+        ",2020-02-03,true,2020-05-05T05:05:05",  # null in a non-nullable category
+        "F,2020-02-30,true,2020-05-05T05:05:05",  # no such date
+        "F,2020-02-03T10:00,true,2020-05-05T05:05:05",  # not a date
+        "F,2020-02-03,maybe,2020-05-05T05:05:05",  # text in a boolean column
+        "F,2020-02-03,true,soon",  # not a date-time
+        "M,1999-01-01,0,2030-01-01T00:00:00",  # out of bounds: clamped, kept
+    ]
+    values = value_matrix(csv_table("sex,d,b,t\n" + "\n".join(rows) + "\n"), specs)
+    assert values.shape == (2, 4)
+    domain = Domain(tuple(specs))
+    out = domain.from_unit(domain.to_unit(values)).to_pylist()
+    assert [r["sex"] for r in out] == ["F", "M"]
+    assert [str(r["d"]) for r in out] == ["2020-02-03", "2020-01-01"]
+    assert [r["b"] for r in out] == [True, False]
+    assert [r["t"].isoformat() for r in out] == ["2020-05-05T05:05:05", "2021-01-01T00:00:00"]
+
+
+def test_parquet_types_are_declarations(tmp_path):
+    table = pa.table(
+        {
+            "b": pa.array([True, None, False]),
+            "c": pa.array(["x", "y", None]).dictionary_encode(),
+            "d": pa.array([18000, 18001, None], pa.date32()),
+            "t": pa.array([0, 3_600_000, 7_200_000], pa.timestamp("ms", "UTC")),
+            "n": pa.array([1, 2, 3], pa.int32()),
+        }
+    )
+    schema = {
+        "columns": {
+            "b": {"type": "boolean", "nullable": True},
+            "c": {"type": "category", "levels": ["x", "y"], "nullable": True},
+            "d": {"type": "date", "lower": "2019-01-01", "upper": "2019-12-31", "nullable": True},
+            "t": {"type": "datetime", "lower": "1970-01-01T00:00Z", "upper": "1970-01-02T00:00Z"},
+        }
+    }
+    path = tmp_path / "schema.json"
+    path.write_text(json.dumps(schema))
+    declared = load_schema(str(path))
+    specs = resolve_columns(table.schema, list(declared), declared, {}, typed=True).specs
+    assert specs[3].timezone == "+00:00"  # the bounds' offset
+    domain = Domain(tuple(specs))
+    out = domain.from_unit(domain.to_unit(value_matrix(table, specs)))
+    assert out.column("b").to_pylist() == [True, None, False]
+    assert out.column("c").to_pylist() == ["x", "y", None]
+    assert [str(v) for v in out.column("d").to_pylist()] == ["2019-04-14", "2019-04-15", "None"]
+    assert [v.hour for v in out.column("t").to_pylist()] == [0, 1, 2]
+    # without a schema a Parquet boolean is a boolean, an int an integer
+    choice = resolve_columns(table.schema, ["b", "n"], None, {"n": (0, 5)}, typed=True)
+    assert [(s.kind, s.kind_source) for s in choice.specs] == [("boolean", "Parquet schema")] + [
+        ("integer", "Parquet schema")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("column", "message"),
+    [
+        ({"type": "category"}, "needs its public list of levels.*schema draft"),
+        ({"type": "category", "levels": ["a", "a"]}, "a level is listed twice"),
+        ({"type": "category", "levels": ["a"], "other": "b"}, "'other' must be one of"),
+        ({"type": "boolean", "levels": ["n", "y"]}, "takes no 'levels'"),
+        ({"type": "date", "lower": "2020-01-01"}, "needs 'lower' and 'upper'"),
+        ({"type": "date", "lower": "2020-13-01", "upper": "2021-01-01"}, "ISO date strings"),
+        ({"type": "date", "lower": "2021-01-01", "upper": "2020-01-01"}, "below its upper"),
+        ({"type": "datetime", "lower": "x", "upper": "y"}, "ISO datetime strings"),
+        (
+            {"type": "datetime", "lower": "2020-01-01", "upper": "2021-01-01", "timezone": "Mars"},
+            "unknown time zone 'Mars'",
+        ),
+        ({"type": "float", "nullable": True}, "'nullable' is supported for integer"),
+        ({"type": "integer", "nullable": True}, "nullable integer column needs declared"),
+        ({"type": "text"}, "type must be one of float, integer, boolean, category"),
+        ({"type": "FILL IN: float|integer"}, "'type' still says FILL IN"),
+    ],
+)
+def test_schema_errors_name_the_column(tmp_path, column, message):
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"columns": {"col": column}}))
+    with pytest.raises(UsageError, match=f"column 'col'.*{message}"):
+        load_schema(str(path))
+
+
+def test_each_row_is_coded_alone(tmp_path):
+    """The sensitivity argument on mixed domains: coding is row by row, so the table plus one
+    row is the cube points plus at most one point (add/remove one row stays add/remove one
+    point, replace stays replace): every mechanism's neighbouring relation carries over."""
+    specs = specs_of(SCHEMA, tmp_path)
+    table = csv_table(CSV)
+    whole = value_matrix(table, specs)
+    alone = [value_matrix(table.slice(i, 1), specs) for i in range(table.num_rows)]
+    assert np.array_equal(whole, np.vstack(alone))
+
+
+def test_the_mixed_metric_is_close_to_the_cube_distance(tmp_path):
+    """rho(x, phi(y)) <= min(2 t, t + 1/(2L)) per discrete coordinate, t = |e(x) - y| (docs/
+    privacy.md, "Mixed tables"): checked on random cube points y and every code x."""
+    specs = specs_of(SCHEMA, tmp_path)
+    domain = Domain(tuple(specs))
+    rng = np.random.default_rng(0)
+    y = rng.random((20000, len(specs)))
+    back = value_matrix(domain.from_unit(y), specs)
+    ey = domain.to_unit(back)  # e(phi(y)): bin centres of the codes y maps to
+    x = domain.to_unit(value_matrix(csv_table(CSV), specs))
+    L = 1 / domain.to_unit(np.array([[s.lower + 1 for s in specs]]))[0]  # bins per coordinate
+    for row in x:
+        t = np.abs(row - y)
+        rho = np.abs(row - ey)
+        discrete = np.array([s.kind in ("integer", "category", "boolean", "date") for s in specs])
+        bound = np.minimum(2 * t, t + 1 / (2 * L))[:, discrete]
+        assert (rho[:, discrete] <= bound + 1e-12).all()
+
+
+def test_schema_draft_reads_no_value(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("a.csv").write_text(CSV)
+    Path("b.csv").write_text(CSV.splitlines()[0] + "\n" + "x,y,z,w,v,u,t\n" * 3)
+    runner = CliRunner()
+    drafts = [runner.invoke(app, ["schema", "draft", f]) for f in ("a.csv", "b.csv")]
+    assert [d.exit_code for d in drafts] == [0, 0]
+    assert drafts[0].stdout == drafts[1].stdout  # the same header: the same draft
+    draft = json.loads(drafts[0].stdout)
+    assert list(draft["columns"]) == CSV.splitlines()[0].split(",")
+    assert all(c["type"].startswith("FILL IN") for c in draft["columns"].values())
+    Path("draft.json").write_text(drafts[0].stdout)
+    refused = runner.invoke(app, ["synth", "a.csv", "--eps", "1", "--schema", "draft.json"])
+    assert refused.exit_code == 2 and "still says FILL IN" in refused.output
+    pq.write_table(pa.table({"b": [True], "d": pa.array([1], pa.date32()), "s": ["x"]}), "p.pq")
+    typed = json.loads(runner.invoke(app, ["schema", "draft", "p.pq"]).stdout)["columns"]
+    assert typed["b"] == {"type": "boolean"}
+    assert typed["d"]["type"] == "date" and typed["d"]["lower"].startswith("FILL IN")
+    assert typed["s"]["type"].startswith("FILL IN") and "levels" in typed["s"]
+
+
+def test_synth_writes_the_declared_columns_and_types(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("m.csv").write_text(CSV)
+    Path("m.json").write_text(json.dumps(SCHEMA))
+    runner = CliRunner()
+    args = ["synth", "m.csv", "--eps", "1", "--schema", "m.json", "--seed", "1", "--rows", "50"]
+    result = runner.invoke(app, [*args, "-o", "out.parquet"])
+    assert result.exit_code == 0, result.output
+    out = pq.read_table("out.parquet")
+    assert out.schema.names == list(SCHEMA["columns"])
+    # whole seconds; Parquet has no second unit, so the file stores milliseconds
+    assert out.schema.field("seen").type == pa.timestamp("ms", "Europe/Paris")
+    assert set(out.column("ward").to_pylist()) <= {"A", "B", "C", "other"}
+    assert set(out.column("sex").to_pylist()) <= {"F", "M", None}
+    report = json.loads(Path("out.parquet.report.json").read_text())
+    assert report["domain"]["ward"]["levels"] == ["A", "B", "C", "other"]
+    assert report["domain"]["admitted"]["lower"] == "2021-01-01"
+    assert "metric" in report["accuracy"]
+    csv = runner.invoke(app, [*args, "-o", "out.csv"])
+    assert csv.exit_code == 0
+    assert Path("out.csv").read_text().splitlines()[0] == ",".join(
+        f'"{n}"' for n in SCHEMA["columns"]
+    )
+    no_levels = {"columns": {"ward": {"type": "category"}}}
+    Path("bad.json").write_text(json.dumps(no_levels))
+    bad = runner.invoke(app, ["synth", "m.csv", "--eps", "1", "--schema", "bad.json"])
+    assert bad.exit_code == 2
+    assert "column 'ward'" in bad.output and "dpsynth schema draft" in bad.output
+    assert len(bad.output.strip().splitlines()) == 1
+
+
+ODD_COLUMNS = {
+    "int64": pa.array([2**63 - 1, -(2**63), 0, None], pa.int64()),
+    "uint64": pa.array([2**64 - 1, 0, 1, None], pa.uint64()),
+    "float": pa.array([float("inf"), float("nan"), -1e308, None]),
+    "bool": pa.array([True, False, None, True]),
+    "text": pa.array(["now", "2020-02-30", "x" * 1000, None]),
+    "dictionary": pa.array(["a", "", " ", None]).dictionary_encode(),
+    "date32": pa.array([-(2**31), 2**31 - 1, 0, None], pa.date32()),
+    "timestamp ns naive": pa.array([2**63 - 1, -(2**63) + 1, 0, None], pa.timestamp("ns")),
+    "timestamp s zoned": pa.array([2**63 - 1, -(2**63) + 1, 0, None], pa.timestamp("s", "UTC")),
+}
+
+
+@pytest.mark.parametrize("physical", ODD_COLUMNS)
+def test_no_cell_of_any_file_type_makes_parsing_fail(tmp_path, physical):
+    """Whatever a file declares and holds, every declared kind reads it cell by cell (values it
+    cannot read are missing): a failure here would be an exit status decided by a value."""
+    specs = specs_of(SCHEMA, tmp_path)
+    if physical.startswith(("date", "timestamp")):  # a number column of a date: usage error
+        file = pa.schema([("x", ODD_COLUMNS[physical].type)])
+        with pytest.raises(UsageError, match="declare it as a date or datetime"):
+            resolve_columns(file, ["x"], {"x": ColumnSpec("x", "float")}, {}, typed=True)
+        specs = [s for s in specs if s.kind not in ("float", "integer")]
+    column = pa.chunked_array([ODD_COLUMNS[physical]])
+    table = pa.table({s.name: column for s in specs})
+    values = value_matrix(table, specs)
+    assert values.shape[1] == len(specs) and not np.isnan(values).any()
+
+
+def test_admissions_demo_runs(runner, tmp_path):
+    """The `make demo` mixed table: the input's columns in order, the declared dtypes."""
+    sample = Path(__file__).resolve().parent.parent / "sample_data"
+    out = tmp_path / "a.parquet"
+    args = ["synth", str(sample / "admissions.csv"), "--eps", "1", "--seed", "0", "-o", str(out)]
+    result = runner.invoke(app, [*args, "--schema", str(sample / "admissions.schema.json")])
+    assert result.exit_code == 0, result.output
+    synth = pq.read_table(out)
+    header = (sample / "admissions.csv").read_text().splitlines()[0].split(",")
+    assert synth.schema.names == header
+    assert [str(t) for t in synth.schema.types] == [
+        "int64",
+        "string",
+        "string",
+        "timestamp[ms]",
+        "date32[day]",
+        "bool",
+        "int64",
+    ]
+    assert synth.column("smoker").null_count > 0  # nullable: missing is a level of its own
+
+
+def test_evaluate_reports_tvd_for_levels_and_the_mixed_metric(runner, tmp_path, monkeypatch):
+    """evaluate --from-report on a mixed release: TVD and level shares for categories and
+    booleans (NOT private, as all of evaluate), the joint W1 in the mixed metric."""
+    from dpsynth_cli.evaluate.categorical import categorical_columns
+
+    specs = specs_of(SCHEMA, tmp_path)
+    X = value_matrix(csv_table(CSV), specs)
+    Y = X.copy()
+    Y[:, 2] = 0  # every ward "A"
+    cat = categorical_columns(X, Y, specs)
+    assert set(cat) == {"sex", "ward", "smoker"}
+    assert cat["ward"]["tvd"] == pytest.approx(0.75)  # real A, B, other, C -> all A
+    assert cat["sex"]["tvd"] == 0 and list(cat["sex"]["levels"]) == ["F", "M", "(missing)"]
+    monkeypatch.chdir(tmp_path)
+    Path("m.csv").write_text(CSV)
+    Path("m.json").write_text(json.dumps(SCHEMA))
+    args = ["m.csv", "--eps", "1", "--schema", "m.json", "--seed", "1", "-o", "s.csv", "-q"]
+    assert runner.invoke(app, ["synth", *args]).exit_code == 0
+    done = runner.invoke(
+        app, ["evaluate", "m.csv", "s.csv", "--from-report", "s.csv.report.json", "--json"]
+    )
+    assert done.exit_code == 0, done.output
+    result = json.loads(done.stdout)
+    assert result["NOT_DIFFERENTIALLY_PRIVATE"] is True
+    assert 0 <= result["per_column"]["ward"]["tvd"] <= 1
+    assert "rho(x, y)" in result["mixed_metric"]["definition"]
+
+
+def test_pca_and_online_replay_read_numbers_only(runner, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("m.csv").write_text(CSV)
+    Path("m.json").write_text(json.dumps(SCHEMA))
+    common = ["m.csv", "--eps", "1", "--schema", "m.json"]
+    for command in (
+        ["pca", *common, "-k", "1"],
+        ["online-replay", *common, "--order-by", "score", "--out-dir", "r"],
+    ):
+        done = runner.invoke(app, command)
+        assert done.exit_code == 2, done.output
+        assert "reads float and integer columns: column 'age' is nullable" in done.output
+    table = pa.table({"b": [True, False], "x": [0.5, 0.25]})
+    declared = resolve_columns(table.schema, None, None, {"b": (0, 1)}, typed=True)
+    assert [s.kind for s in declared.specs] == ["integer", "float"]  # --bounds: a number
