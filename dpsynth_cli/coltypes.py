@@ -120,21 +120,66 @@ def datetime_codes(column: pa.ChunkedArray, tz: str | None) -> np.ndarray:
         midnight = pa.array(np.nan_to_num(seconds).astype(np.int64), pa.timestamp("s"))
         midnight = pc.if_else(pa.array(np.isnan(seconds)), None, midnight)
         return _timestamp_seconds(pa.chunked_array([midnight]), tz, local=False)
-    text = pd.Series(as_text(column).to_numpy(zero_copy_only=False), dtype=object)
-    # ISO text only: pandas would also read words such as "now" and "today"
-    iso = text.str.match(r"\d{4}-\d\d-\d\d(?:[T ]|$)", na=False)
-    aware = iso & text.str.contains(r"(?:Z|[+-]\d\d:?\d\d)$", regex=True, na=False)
-    out = np.full(len(text), np.nan)
-    if aware.any():
-        stamps = pd.to_datetime(text[aware], errors="coerce", format="ISO8601", utc=True)
-        out[aware.to_numpy()] = _seconds(stamps)
-    naive = (iso & ~aware).to_numpy()
+    micros, offset = _iso_micros(as_text(column))
+    out = np.full(micros.size, np.nan)
+    aware = ~np.isnan(offset)
+    out[aware] = (micros[aware] - offset[aware] * 1e6) / 1e6  # the instant, in UTC
+    naive = ~aware & ~np.isnan(micros)
     if naive.any():
-        stamps = pd.to_datetime(text[naive], errors="coerce", format="ISO8601")
+        wall = micros[naive].astype(np.int64).astype("datetime64[us]")
+        stamps = pd.Series(wall)
         if tz is not None:
             stamps = stamps.dt.tz_localize(tz, ambiguous="NaT", nonexistent="NaT")
         out[naive] = _seconds(stamps)
     return out
+
+
+# ISO 8601 date-time text, the whole cell: date, optional time (seconds and fraction optional),
+# optional offset (Z, +hh, +hhmm, +hh:mm). Anything else is missing.
+_ISO_DATETIME = (
+    r"^(?P<date>\d{4}-\d\d-\d\d)"
+    r"(?:[T ](?P<h>\d\d):(?P<m>\d\d)(?::(?P<s>\d\d)(?:\.(?P<frac>\d{1,9}))?)?)?"
+    r"(?P<zone>Z|[+-]\d\d(?::?\d\d)?)?$"
+)
+
+
+def _iso_micros(text: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """(microseconds since the epoch of the written wall-clock time, the cell's UTC offset in
+    seconds or NaN without one) of each ISO cell; NaN for a cell that is not one.
+
+    Every cell is read on its own, at a fixed microsecond resolution (finer digits dropped), so
+    no cell can change how another is read (pandas picks one resolution for a whole array: one
+    nanosecond cell would turn every date outside 1677-2262 into missing)."""
+    parts = pc.extract_regex(text, _ISO_DATETIME)
+    if isinstance(parts, pa.ChunkedArray):  # a table's column (a record batch's is an array)
+        parts = parts.combine_chunks()
+    field = {name: parts.field(name) for name in ("date", "h", "m", "s", "frac", "zone")}
+    day = pc.strptime(field["date"], format="%Y-%m-%d", unit="s", error_is_null=True)
+    exact = pc.equal(pc.strftime(day, format="%Y-%m-%d"), field["date"])  # no 02-30 roll-over
+    days = _codes(pc.if_else(exact, pc.divide(pc.cast(day, pa.int64()), 86400), None))
+
+    def number(values: pa.Array, width: int = 2) -> np.ndarray:
+        return _codes(pc.cast(pc.utf8_rpad(values, width, "0"), pa.int64()))
+
+    h, m, sec = (number(field[k]) for k in ("h", "m", "s"))
+    frac = number(pc.utf8_slice_codeunits(field["frac"], 0, 6), 6)  # microseconds, truncated
+    valid = (h <= 23) & (m <= 59) & (sec <= 59)
+    clock = ((days * 86400 + h * 3600 + m * 60 + sec) * 1_000_000 + frac).clip(
+        -_LIMIT_SECONDS * 1e6, _LIMIT_SECONDS * 1e6
+    )
+    micros = np.where(valid, clock, np.nan)
+    zone = field["zone"]
+    sign = np.where(_codes(pc.cast(pc.starts_with(zone, "-"), pa.int8())) == 1, -1.0, 1.0)
+    digits = pc.replace_substring(pc.utf8_slice_codeunits(zone, 1, 6), ":", "")
+    zh = number(pc.utf8_slice_codeunits(digits, 0, 2))
+    zm = number(pc.utf8_slice_codeunits(digits, 2, 4))
+    offset = np.where(
+        _codes(pc.cast(pc.equal(zone, "Z"), pa.int8())) == 1, 0.0, sign * (zh * 3600 + zm * 60)
+    )
+    has_zone = _codes(pc.cast(pc.greater(pc.utf8_length(zone), 0), pa.int8())) == 1
+    offset = np.where(has_zone & (zh <= 23) & (zm <= 59), offset, np.nan)
+    micros = np.where(has_zone & np.isnan(offset), np.nan, micros)  # a malformed offset
+    return micros, offset
 
 
 def _seconds(stamps: pd.Series) -> np.ndarray:

@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dpsynth_cli import coltypes
-from dpsynth_cli.errors import UsageError
+from dpsynth_cli.errors import DataError, UsageError
 
 KINDS = ("float", "integer", "boolean", "category", "date", "datetime")
 # Kinds whose values are whole codes (integers, levels, days): each owns an equal-width bin of the
@@ -412,6 +412,12 @@ def resolve_columns(
                 f"column '{name}' has type {dtype} in the input's schema: declare it as a "
                 "date or datetime column"
             )
+        if pa.types.is_binary(dtype) or pa.types.is_large_binary(dtype):
+            # bytes are not text: a cell that is not UTF-8 would have no reading at all
+            raise UsageError(
+                f"column '{name}' has type {dtype} in the input's schema: dpsynth reads text "
+                "from string columns; write the column as string"
+            )
         if kind_source != "schema" and file_kind is None and not is_text(dtype):
             raise UsageError(
                 f"column '{name}' has type {dtype} in the input's schema: declare its type "
@@ -467,8 +473,8 @@ def column_codes(column: pa.ChunkedArray, spec: ColumnSpec) -> np.ndarray:
         codes = coltypes.datetime_codes(column, spec.timezone)
     else:
         codes = column_values(column)
-    if spec.nullable:  # values clamped first: one past the upper bound is the missing level
-        clamped = np.clip(codes, spec.lower, spec.upper)
+    if spec.nullable:  # values clamped first: one past the upper code is the missing level
+        clamped = np.clip(codes, math.ceil(spec.lower), math.floor(spec.upper))
         codes = np.where(np.isnan(codes), math.floor(spec.code_upper), clamped)
     return codes
 
@@ -480,7 +486,12 @@ def value_matrix(table: pa.Table, specs: list[ColumnSpec]) -> np.ndarray:
     values = np.empty((table.num_rows, len(specs)))
     missing = np.zeros(table.num_rows, dtype=bool)
     for j, s in enumerate(specs):
-        values[:, j] = column_codes(table.column(s.name), s)
+        try:
+            values[:, j] = column_codes(table.column(s.name), s)
+        except pa.ArrowInvalid:  # Parquet does not check UTF-8 on read; text functions do
+            raise DataError(
+                f"column '{s.name}' holds text that is not valid UTF-8 (an encoding error)"
+            ) from None
         missing |= np.isnan(values[:, j])
     return values[~missing] if missing.any() else values
 

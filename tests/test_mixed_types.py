@@ -373,3 +373,74 @@ def test_pca_and_online_replay_read_numbers_only(runner, tmp_path, monkeypatch):
     table = pa.table({"b": [True, False], "x": [0.5, 0.25]})
     declared = resolve_columns(table.schema, None, None, {"b": (0, 1)}, typed=True)
     assert [s.kind for s in declared.specs] == ["integer", "float"]  # --bounds: a number
+
+
+DATETIME_CELLS = [
+    "2021-03-01T10:00:00",
+    "2021-03-01T10:00:00+01",
+    "2021-03-01T10:00:00-0130",
+    "2021-03-01T10:00:00+01:00",
+    "2021-03-01T10:00:00Z",
+    "2021-03-01T10:00:00+1:00",
+    "2021-03-01 10:00",
+    "2021-03-01",
+    "2021-03-01T10:00:00.123456789",
+    "2021-03-01T10:00:00.5+02:00",
+    "2300-01-01T00:00:00",
+    "9999-12-31T23:59:59",
+    "0001-01-01T00:00:00Z",
+    "2021-03-28T02:30:00",
+    "2021-10-31T02:30:00",
+    "2021-02-30T10:00:00",
+    "2021-03-01T24:00:00",
+    "2021-03-01T10:00:00+25:00",
+    "now",
+    "",
+]
+
+
+@pytest.mark.parametrize("tz", [None, "Europe/Paris"])
+def test_every_datetime_cell_is_read_alone(tz):
+    """A cell's code is the same alone as beside any other cells: no offset, fraction or far
+    date in one cell may change how another is read (pandas parses a whole array at one
+    resolution, so one nanosecond cell once made every date outside 1677-2262 missing; an offset
+    of '+01' once made the batch fail)."""
+    from dpsynth_cli.coltypes import datetime_codes
+
+    together = datetime_codes(pa.chunked_array([pa.array(DATETIME_CELLS)]), tz)
+    alone = [datetime_codes(pa.chunked_array([pa.array([c])]), tz)[0] for c in DATETIME_CELLS]
+    np.testing.assert_array_equal(together, alone)
+    assert np.isfinite(together[:5]).all() and np.isnan(together[-5:]).all()
+    assert together[1] == together[3] == together[0] - (3600 if tz is None else 0)
+    assert together[8] == together[0] + 0.123456  # microseconds: finer digits dropped
+    assert np.isfinite(together[10]) and np.isfinite(together[11])  # clamped later, not lost
+
+
+def test_nullable_integer_clamps_to_its_whole_bounds(tmp_path):
+    """An out-of-bounds value of a nullable integer column with a fractional upper bound is
+    clamped to the largest whole number in bounds, never taken for the missing level."""
+    schema = {"columns": {"n": {"type": "integer", "lower": 0, "upper": 90.5, "nullable": True}}}
+    (spec,) = specs_of(schema, tmp_path)
+    X = value_matrix(pa.table({"n": ["95", "", "3"]}), [spec])
+    out = Domain((spec,)).from_unit(Domain((spec,)).to_unit(X))
+    assert out.column("n").to_pylist() == [90, None, 3]
+
+
+def test_binary_columns_are_refused_and_bad_utf8_is_one_line(runner, tmp_path, monkeypatch):
+    """A Parquet binary column is not text (usage error, exit 2, from the file's schema alone);
+    a string column holding bytes that are not UTF-8 is an encoding error: one line, exit 1,
+    naming the column, never an internal error."""
+    monkeypatch.chdir(tmp_path)
+    schema = {"columns": {"x": {"type": "category", "levels": ["a"]}}}
+    Path("s.json").write_text(json.dumps(schema))
+    pq.write_table(pa.table({"x": pa.array([b"a", b"b"], pa.binary())}), "bin.parquet")
+    result = runner.invoke(app, ["synth", "bin.parquet", "--eps", "1", "--schema", "s.json"])
+    assert result.exit_code == 2 and "'x' has type binary" in result.output
+    bad = pa.Array.from_buffers(
+        pa.string(), 2, [None, pa.py_buffer(np.array([0, 1, 2], np.int32)), pa.py_buffer(b"a\xff")]
+    )
+    pq.write_table(pa.table({"x": bad}), "bad.parquet")
+    result = runner.invoke(app, ["synth", "bad.parquet", "--eps", "1", "--schema", "s.json"])
+    lines = [line for line in result.output.splitlines() if "error" in line]
+    assert result.exit_code == 1 and len(lines) == 1 and "not valid UTF-8" in lines[0], lines
+    assert not Path("bad.parquet.report.json").exists()

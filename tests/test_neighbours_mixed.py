@@ -48,6 +48,10 @@ ROWS = {
     "text in a boolean column": "F,A,2021-03-01,maybe,1,2021-03-01T10:00:00",
     "bad datetime": "F,A,2021-03-01,true,1,yesterday",
     "time that does not exist (DST)": "F,A,2021-03-01,true,1,2021-03-28T02:30:00",
+    "short offset +01": "F,A,2021-03-01,true,1,2021-03-01T10:00:00+01",
+    "short offset -01": "F,A,2021-03-01,true,1,2021-03-01T10:00:00-01",
+    "offset without its zero": "F,A,2021-03-01,true,1,2021-03-01T10:00:00+1:00",
+    "nanoseconds": "F,A,2021-03-01,true,1,2021-03-01T10:00:00.123456789",
     "all missing": ",,,,,",
     "long text": "F," + "x" * 5000 + ",2021-03-01,true,1,2021-03-01T10:00:00",
 }
