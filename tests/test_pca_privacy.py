@@ -7,7 +7,8 @@ itself below the ledger's zCDP conversion); mutants with noise x 0.8 and with a 
 the data must exceed it. Laplace steps (laplace-cov = mechanisms.moments, dp-gauss-2's eigengap) are
 audited by the neighbour audit of tests/audit.py. dp-power and dp-gauss-2 add deterministic checks
 of their sensitivity arguments (Frobenius bound, Weyl, Davis-Kahan) on adversarial neighbours,
-each with a mutant that must break them, and dp-gauss-2's PTR floor its failure rate. Fixed seeds.
+each with a mutant that must break them, also at the factor grid's rounding corner (review F4),
+and dp-gauss-2's PTR floor its failure rate. Fixed seeds.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from scipy.stats import norm
 
 from dpsynth_cli.mechanisms import moments
 from dpsynth_cli.pca import gauss, methods
+from dpsynth_cli.pca.stream import Stream
 from dpsynth_cli.privacy import noise
 from dpsynth_cli.privacy.ledger import Ledger, rho_for, zcdp_delta
 from tests.audit import audit, cp_lower
@@ -209,3 +211,62 @@ def test_dp_gauss_2_ptr_floor_fails_at_most_delta_p():
     assert cp_lower(fails, runs, 0.05) <= delta_p
     fails_m = sum(methods.ptr_floor(float(v), desc, delta_p, 0.0) > gap - shift for v in noisy)
     assert cp_lower(fails_m, runs, 0.05) > delta_p
+
+
+# -- the factor grid's rounding corner (privacy review F4) --------------------------------------
+
+
+def _corner_neighbours(case: str, n: int = 100) -> tuple[Stream, Stream]:
+    """Neighbours D (n rows) and D plus one more, every row at the corner where rounding to the
+    factor grid h = 2^-13 lifts it most: entries 1/2 + 0.55 h (4096.55 h, rounded up to 4097 h).
+    "box": d = 4, the CLI's stream (centre 1/2 - 0.55 h, box = max(centre, 1 - centre), beta^2 =
+    sum box^2); "factor": d = 2 with a shared factor F of the same entries, beta^2 = Tr A."""
+    h = 2.0**-13
+    if case == "box":
+        centre = np.full(4, 0.5 - 0.55 * h)
+        box = np.maximum(centre, 1 - centre)
+        pair = [
+            Stream.of(np.ones((m, 4)) - centre, float((box**2).sum()), box=box) for m in (n, n + 1)
+        ]
+    else:
+        v = np.full((2, 1), 0.5 + 0.55 * h)
+        beta2 = float((v * v).sum() * 2)
+        pair = [Stream.of(np.tile(v.T, (m, 1)), beta2, v) for m in (n, n + 1)]
+    assert methods._factor_grid(pair[0]) == h
+    return pair[0], pair[1]
+
+
+@pytest.mark.parametrize("case", ["box", "factor"])
+def test_rounded_corner_row_is_covered_by_gauss_2_and_power(case):
+    """dp-gauss-2 and dp-power release from the exact sum of rows rounded to the factor grid, so
+    the added summand A is the rounded row's: Tr A = ||A||_F = ||A y|| (y along the row) =
+    1.00022 beta^2 at this corner. The gap (which moves by exactly Tr A here), the PTR test's
+    shift, the projector's Davis-Kahan bound and every power step must be calibrated to at least
+    that; the mutant calibration beta^2 (before the fix) is exceeded."""
+    lo, hi = _corner_neighbours(case)
+    d = lo.d
+    A = methods._exact_sum(hi) - methods._exact_sum(lo)
+    tr, fro = float(np.trace(A)), float(np.linalg.norm(A))
+    y = A[:, :1] / np.linalg.norm(A[:, 0])
+    ay = float(np.linalg.norm(A @ y))
+    assert tr / lo.beta2 == pytest.approx(1.000220, abs=1e-6)  # mutant beta^2 is exceeded
+    assert fro == pytest.approx(tr, rel=1e-12) and ay == pytest.approx(tr, rel=1e-12)
+    assert tr <= methods.trace_bound(lo)
+
+    def gap(s):
+        vals = np.linalg.eigvalsh(methods._exact_sum(s))[::-1]
+        return vals[0] - vals[1]
+
+    src = noise.RandomSource.seeded(23)
+    res = methods.dp_gauss_2(lo, 1, Fraction(1), 1e-6, RHO, "add-remove", src.spawn("g2"))
+    gdesc, pdesc = res.steps
+    assert abs(gap(hi) - gap(lo)) == pytest.approx(tr, rel=1e-9)
+    assert abs(gap(hi) - gap(lo)) <= gdesc["l1_sensitivity"]
+    info = res.info
+    shift = info["noisy_gap"] - gdesc["scale"] * math.log(1e6) - gdesc["grid"] - info["ptr_floor"]
+    assert info["ptr_passed"] and shift >= tr - 1e-9  # the PTR floor allows for the neighbour
+    declared = pdesc["l2_sensitivity"] - math.sqrt(d * (d + 1) / 2) * pdesc["grid"]
+    assert declared >= methods.projector_sensitivity(fro, info["ptr_floor"])
+    power = methods.dp_power(lo, 1, RHO, "add-remove", src.spawn("power"))
+    for step in power.steps:
+        assert step["l2_sensitivity"] - math.sqrt(d) * step["grid"] >= ay

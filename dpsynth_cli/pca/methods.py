@@ -67,6 +67,30 @@ def _factor_grid(stream: Stream) -> float:
     return 2.0 ** (math.ceil(math.log2(math.sqrt(stream.beta2))) - FACTOR_BITS)
 
 
+def _corner_squares(stream: Stream, h: float) -> np.ndarray | None:
+    """rint(box_j / h)^2, the box's corner in grid units: the largest any rounded row reaches
+    (|rint(z_j / h)| = rint(|z_j| / h) <= rint(box_j / h): rint is odd and monotone, and
+    sqrt(c) <= 1). None without a box or with a shared factor."""
+    if stream.box is None or stream.F.shape[1]:
+        return None
+    return np.rint(stream.box / h) ** 2
+
+
+def trace_bound(stream: Stream) -> float:
+    """The largest Tr A~ of one summand A~ = h^2 G~ G~^T of second_moment_sum (value units), G~
+    the row's factor [sqrt(c) F, sqrt(c) z] rounded to h entrywise. Not beta^2: rounding can lift
+    a row past the clip (d = 4, box 1/2 + 0.55 h: Tr A~ = 1.00022 beta^2). Box: Tr A~ <= h^2
+    sum_j rint(box_j / h)^2 (_corner_squares), attained by a row at a corner. Otherwise each of
+    the d (r + 1) entries moves by <= h/2, so ||G~||_F <= beta + sqrt(d (r + 1)) h / 2 (triangle
+    inequality, ||G||_F^2 = c Tr(F F^T + z z^T) <= beta^2) and Tr A~ = ||G~||_F^2."""
+    h = _factor_grid(stream)
+    b2 = _corner_squares(stream, h)
+    if b2 is not None:
+        return float(b2.sum()) * h * h  # exact: an integer below 2^53 times a power of two
+    cols = stream.d * (stream.F.shape[1] + 1)
+    return (math.sqrt(stream.beta2) + math.sqrt(cols) * h / 2) ** 2
+
+
 def second_moment_sum(stream: Stream) -> tuple[np.ndarray, float, float]:
     """Exact integer sum of the A_i on the grid h^2 (each factor column rounded to h first), with
     its L2 sensitivity (upper triangle, grid units) under add/remove one sample."""
@@ -86,12 +110,11 @@ def second_moment_sum(stream: Stream) -> tuple[np.ndarray, float, float]:
             r = root[part[lo : lo + SUM_CHUNK]]
             fq = np.rint(stream.F[:, None, :] * (r[None, :, None] / h)).reshape(stream.d, -1)
             total += fq @ fq.T
-    if stream.box is not None and stream.F.shape[1] == 0:
-        b2 = np.rint(stream.box / h) ** 2
+    b2 = _corner_squares(stream, h)
+    if b2 is not None:
         sens = math.sqrt((b2.sum() ** 2 + (b2 * b2).sum()) / 2)  # max over the box's corners
     else:
-        cols = stream.d * (stream.F.shape[1] + 1)
-        sens = (math.sqrt(stream.beta2) / h + math.sqrt(cols) / 2) ** 2  # >= ||G~||_F^2 >= norm
+        sens = trace_bound(stream) / (h * h)  # Tr A~ = ||G~||_F^2 >= ||A~||_F >= the triangle's
     return total, h, sens
 
 
@@ -114,7 +137,8 @@ def dp_gauss_1(stream: Stream, k: int, rho: float, relation: str, src) -> Method
 
 
 def _exact_sum(stream: Stream) -> np.ndarray:
-    """The exact sum of the (trace-clipped) A_i in value units (second_moment_sum)."""
+    """The exact sum of the (trace-clipped) A_i in value units (second_moment_sum): each row's
+    factor rounded to h, so one summand's trace is up to trace_bound(stream), not beta^2."""
     total, h, _ = second_moment_sum(stream)
     return total * (h * h)
 
@@ -139,7 +163,7 @@ def laplace_release(value: np.ndarray, sens: float, eps: Fraction, src) -> tuple
 def ptr_floor(noisy_gap: float, desc: dict, delta_p: float, shift: float) -> float:
     """A lower bound on min(gap(D), gap(D')) that fails with probability <= delta_p: the noise
     exceeds t = scale ln(1/delta_p) with probability <= e^(-t/scale) (discrete Laplace tail),
-    minus one grid step (rounding) and the neighbour's shift f beta^2 (Weyl)."""
+    minus one grid step (rounding) and the neighbour's shift f T (Weyl; T = trace_bound)."""
     t = desc["scale"] * math.log(1.0 / delta_p)
     return noisy_gap - t - desc["grid"] - shift
 
@@ -156,16 +180,19 @@ def dp_gauss_2(
     a Laplace eigengap g_k, then the projector V_k V_k^T plus a symmetric Gaussian matrix, and
     the top-k eigenvectors of the result.
 
-    Privacy (add/remove one A, Tr A <= beta^2; f = 2 under replace):
-    - gap: by Weyl every eigenvalue of X + A lies in [lambda_j, lambda_j + beta^2] (A is PSD,
-      ||A|| <= Tr A), so lambda_k - lambda_(k+1) moves by at most beta^2: L1 sensitivity
-      f beta^2, eps_gap-DP (laplace_release).
+    Privacy (add/remove one summand A of X; f = 2 under replace): X sums the rows rounded to the
+    factor grid, so A is PSD with Tr A <= T = trace_bound(stream) (h^2 sum rint(box/h)^2 on a
+    box), which can exceed beta^2 (by at most the rounding: (beta + sqrt(d (r + 1)) h / 2)^2);
+    every step uses T.
+    - gap: by Weyl every eigenvalue of X + A lies in [lambda_j, lambda_j + T] (A is PSD,
+      ||A|| <= Tr A), so lambda_k - lambda_(k+1) moves by at most T: L1 sensitivity
+      f T, eps_gap-DP (laplace_release).
     - PTR (propose-test-release; the paper's "resample when g_k <= 0" is not private, as it
       says itself): floor = ptr_floor(...) <= min(gap(D), gap(D')) except with probability
       delta_p. If floor <= 0 the method releases a uniformly random subspace (no data).
     - projector: Davis-Kahan in Yu, Wang & Samworth's form, ||sin Theta||_F <= 2 ||E||_F /
-      gap, with ||V V^T - V' V'^T||_F = sqrt(2) ||sin Theta||_F and ||E||_F <= f beta^2 gives
-      Frobenius (so upper-triangle L2) sensitivity S = 2 sqrt(2) f beta^2 / floor
+      gap, with ||V V^T - V' V'^T||_F = sqrt(2) ||sin Theta||_F and ||E||_F <= f ||A||_F <= f T
+      gives Frobenius (so upper-triangle L2) sensitivity S = 2 sqrt(2) f T / floor
       (projector_sensitivity). gauss.noisy_statistic on the upper triangle: rho-zCDP given a
       passed test, so the step is
       delta_p-approximately rho-zCDP (the ledger adds delta_p to delta).
@@ -173,7 +200,7 @@ def dp_gauss_2(
     /eps)| mixes units (its offset is not scaled by beta^2); we calibrate from S instead."""
     d = stream.d
     f = gauss.relation_factor(relation)
-    shift = f * stream.beta2
+    shift = f * trace_bound(stream)
     vals, vecs = _eig_desc(_exact_sum(stream))
     gap = vals[k - 1] - (vals[k] if k < d else 0.0)
     g_noisy, gdesc = laplace_release(np.array([gap]), shift, eps_gap, src.spawn("gap"))
@@ -196,12 +223,12 @@ def dp_gauss_2(
 # -- DP-Power-Method (Appendix G; Hardt & Price 2014) --------------------------------------------
 
 
-def power_step(XY: np.ndarray, beta2: float, rho: float, relation: str, src) -> gauss.GaussRelease:
-    """One noisy power iteration W = X Y + G. For Y with orthonormal columns and one A added,
-    ||A Y||_F^2 = tr(Y^T A^2 Y) <= ||A||_F^2 <= (Tr A)^2, so the L2 sensitivity is beta^2 (x2
-    under replace); the product is rounded to the grid g (+ sqrt(m) units) and gets a gridded
-    discrete Gaussian: rho-zCDP."""
-    sens = gauss.relation_factor(relation) * beta2
+def power_step(XY: np.ndarray, bound: float, rho: float, relation: str, src) -> gauss.GaussRelease:
+    """One noisy power iteration W = X Y + G. For Y with orthonormal columns and one PSD A added,
+    ||A Y||_F^2 = tr(Y^T A^2 Y) <= ||A||_F^2 <= (Tr A)^2, so the L2 sensitivity is the bound on
+    Tr A (x2 under replace): trace_bound, since X sums rounded rows; the product is rounded to
+    the grid g (+ sqrt(m) units) and gets a gridded discrete Gaussian: rho-zCDP."""
+    sens = gauss.relation_factor(relation) * bound
     return gauss.noisy_statistic(XY, sens, rho, src)
 
 
@@ -210,14 +237,15 @@ def dp_power(stream: Stream, k: int, rho: float, relation: str, src) -> MethodRe
     power iterations Y <- QR(X Y + G_l) from a random orthonormal Y_0 (power_step; each
     rho / POWER_ITERS, composed: rho-zCDP). Appendix G scales the noise by beta alpha with
     ||a||_1 <= alpha (Nicolas et al. 2024's row-L1 condition); since ||a||_1 >= ||a||_2 that is
-    never below our beta^2, which the Frobenius bound above proves sufficient, so no alpha clip.
+    never below our beta^2, and the Frobenius bound above proves trace_bound (beta^2 plus the
+    factor grid's rounding) sufficient, so no alpha clip.
     Eigenvalue estimates: the Rayleigh quotients diag(Y^T W) of the last iteration (sum units)."""
-    X = _exact_sum(stream)
+    X, bound = _exact_sum(stream), trace_bound(stream)
     Y, _ = np.linalg.qr(src.spawn("start").numpy_generator().standard_normal((stream.d, k)))
     rho_it = rho / POWER_ITERS
     steps = []
     for it in range(POWER_ITERS):
-        rel = power_step(X @ Y, stream.beta2, rho_it, relation, src.spawn(f"it{it}"))
+        rel = power_step(X @ Y, bound, rho_it, relation, src.spawn(f"it{it}"))
         W = rel.value.reshape(stream.d, k)
         vals = np.einsum("ij,ij->j", Y, W)
         Y, _ = np.linalg.qr(W)
