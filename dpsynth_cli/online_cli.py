@@ -2,8 +2,10 @@
 
 It reads with the same strict reader as `synth` and chooses columns from declarations only
 (`domain.declare_columns`); every column needs declared bounds. The --order-by column is read
-too: it is the public timeline. Then it calls the library, which writes the releases, the report
-and the secret state, and prints notices (and, on a terminal, progress and a one-line summary).
+too: it is the public timeline; `online.stream.open_stream` reads it alone first and streams a
+file already in its order (else it sorts in memory, and a notice says so). Then it calls the
+library, which writes the releases, the report and the secret state, and prints notices (and, on
+a terminal, progress and a one-line summary).
 """
 
 from __future__ import annotations

@@ -109,7 +109,8 @@ def test_unsorted_file_replays_as_the_sorted_one(runner, tmp_path, monkeypatch):
 def test_help_says_what_is_public_and_protected(runner):
     text = " ".join(runner.invoke(app, ["online-replay", "--help"]).output.split())
     text = text.replace("- ", "-")  # words that the help's wrapping broke at a hyphen
-    for phrase in ("PUBLIC", "PROTECTED", "number of rows up to each checkpoint", "SECRET"):
+    phrases = ("PUBLIC", "PROTECTED", "number of rows up to each checkpoint", "SECRET")
+    for phrase in (*phrases, "is streamed with memory bounded by a batch", "sorted in memory"):
         assert phrase in text, phrase
     assert "replace: one row's values changed" in text and "add-remove: one time" in text
     for param in get_command(app).commands["online-replay"].params:
