@@ -289,3 +289,15 @@ def test_missing_times_are_found_before_the_stream_starts(tmp_path):
     with open_input(path, "csv", ["time", "a", "b"], batch_rows=2) as src:
         with pytest.raises(DataError, match="'time' has missing values"):
             open_stream(src, SPECS, "time")
+
+
+def test_a_file_that_changes_between_the_passes_is_an_error(tmp_path):
+    """The row count comes from the first pass; a file rewritten before the second ends in an
+    error (before the run could commit anything), not in a stream of another length."""
+    path = str(tmp_path / "s.parquet")
+    pq.write_table(table(10), path)
+    with open_input(path, "parquet", ["time", "a", "b"]) as src:
+        rows = open_stream(src, SPECS, "time")
+        pq.write_table(table(12), path)
+        with pytest.raises(DataError, match="changed while it was read"):
+            list(rows.batches)

@@ -65,7 +65,18 @@ def open_stream(source: InputSource, specs: list[ColumnSpec], order_by: str | No
         rows, in_order = _scan(source, order_by or source.schema.names[0], order_by is not None)
     if not in_order:
         return replace(from_table(source.read_all(), specs, order_by), sorted_in_memory=True)
-    return RowStream(rows, (_unit(b, specs) for b in source.batches()))
+    return RowStream(rows, _exactly(rows, (_unit(b, specs) for b in source.batches()), source.name))
+
+
+def _exactly(rows: int, batches: Iterator[np.ndarray], name: str) -> Iterator[np.ndarray]:
+    """`batches`, checked to hold the `rows` rows that the first pass counted (an error at the
+    end, before the run commits anything, if the file changed in between)."""
+    seen = 0
+    for X in batches:
+        seen += X.shape[0]
+        yield X
+    if seen != rows:
+        raise DataError(f"input {name} changed while it was read: run again once it is written")
 
 
 def _unit(table: pa.Table | pa.RecordBatch, specs: list[ColumnSpec]) -> np.ndarray:
