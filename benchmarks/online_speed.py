@@ -3,10 +3,12 @@
 Run as ``python -m benchmarks.online_speed`` (part of ``make bench`` once the Makefile calls it).
 Targets (issue): total <= 20 s, peak memory <= 2 GiB.
 
-What is timed, in a fresh child process per repeat: reading a Parquet file of 10^6 rows (columns
-time, x, y; clustered values), ``online.replay`` with ``--order-by time``, ``--state`` (the secret
-state written at the end) and Parquet releases at 1, 2, 4, ..., 2^19 (20 files, 1,048,575 rows in
-all), plus the report. Peak memory: the child's ``ru_maxrss``. Also a per-stage breakdown.
+What is timed, in a fresh child process per repeat: a Parquet file of 10^6 rows (columns time, x,
+y; clustered values, sorted by time) opened as the command does (``stream.open_stream``: one pass
+over the time column, "read s"; the rows are then read batch by batch while they are replayed),
+``online.replay`` with ``--order-by time``, ``--state`` (the secret state written at the end) and
+Parquet releases at 1, 2, 4, ..., 2^19 (20 files, 1,048,575 rows in all), plus the report. Peak
+memory: the child's ``ru_maxrss``. Also a per-stage breakdown.
 Then the same run through the real command line (``dpsynth online-replay ... --quiet``), timed
 from process start to exit. Prints markdown tables. Not a unit test: timings depend on the
 machine and its load.
@@ -42,26 +44,29 @@ def child(path: str, allocation: str) -> dict:
     """One timed run (called in a fresh process)."""
     t0 = time.perf_counter()
     from dpsynth_cli.domain import ColumnSpec
-    from dpsynth_cli.io import read_input
+    from dpsynth_cli.io import open_input
     from dpsynth_cli.online.replay import ReplayOptions, replay
+    from dpsynth_cli.online.stream import open_stream
     from dpsynth_cli.privacy.noise import RandomSource
 
     t_import = time.perf_counter()
-    table = read_input(path, "parquet", ["time", "x", "y"]).table
-    t_read = time.perf_counter()
     specs = [ColumnSpec("x", "float", 0.0, 1.0), ColumnSpec("y", "float", 0.0, 1.0)]
     work = tempfile.mkdtemp(prefix="online-bench-")
     out = os.path.join(work, "out")
     os.mkdir(out)
     opts = ReplayOptions(1.0, order_by="time", allocation=allocation)
-    res = replay(
-        table,
-        specs,
-        opts,
-        RandomSource.secure(),
-        out_dir=out,
-        state_dir=os.path.join(work, "state"),
-    )
+    with open_input(path, "parquet", ["time", "x", "y"]) as source:
+        rows = open_stream(source, specs, "time")  # the pass over the time column
+        assert not rows.sorted_in_memory
+        t_read = time.perf_counter()
+        res = replay(
+            rows,
+            specs,
+            opts,
+            RandomSource.secure(),
+            out_dir=out,
+            state_dir=os.path.join(work, "state"),
+        )
     t_end = time.perf_counter()
     state_mb = os.path.getsize(os.path.join(work, "state", "state.npz")) / 2**20
     return {

@@ -186,8 +186,9 @@ class InputSource:
     def __init__(self, spool: _Spool | None) -> None:
         self._spool = spool
 
-    def batches(self) -> Iterator[pa.RecordBatch]:
-        """A new pass: the requested columns in order, at most `batch_rows` rows per batch."""
+    def batches(self, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+        """A new pass: the requested columns (or only `columns` of them) in order, at most
+        `batch_rows` rows per batch."""
         raise NotImplementedError
 
     def read_all(self) -> pa.Table:
@@ -906,10 +907,11 @@ class _CsvSource(InputSource):
         self.schema = pa.schema([(c, pa.string()) for c in wanted])
         self.batch_rows = batch_rows or default_batch_rows(len(wanted))
 
-    def batches(self) -> Iterator[pa.RecordBatch]:
+    def batches(self, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+        wanted = self._wanted if columns is None else columns
         convert = pacsv.ConvertOptions(
-            include_columns=self._wanted,
-            column_types={c: pa.string() for c in self._wanted},
+            include_columns=wanted,
+            column_types={c: pa.string() for c in wanted},
             strings_can_be_null=True,
             quoted_strings_can_be_null=True,
             null_values=[""],  # an empty field, quoted or not, is missing
@@ -1128,11 +1130,13 @@ class _ParquetSource(InputSource):
         self.schema = pa.schema([first.field(c) for c in wanted], metadata=first.metadata)
         self.batch_rows = batch_rows or default_batch_rows(len(wanted))
 
-    def batches(self) -> Iterator[pa.RecordBatch]:
+    def batches(self, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
         for display, where in self._files:
             with contextlib.closing(_parquet_file(display, where)) as pfile:
                 pieces = pfile.iter_batches(
-                    batch_size=self.batch_rows, columns=self._wanted, use_threads=True
+                    batch_size=self.batch_rows,
+                    columns=self._wanted if columns is None else columns,
+                    use_threads=True,
                 )
                 while True:
                     try:
@@ -1166,9 +1170,9 @@ class _CsvParts(InputSource):
             first.batch_rows,
         )
 
-    def batches(self) -> Iterator[pa.RecordBatch]:
+    def batches(self, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
         for part in self._parts:
-            yield from part.batches()
+            yield from part.batches(columns)
 
     def close(self) -> None:
         for part in self._parts:

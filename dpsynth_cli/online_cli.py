@@ -2,8 +2,10 @@
 
 It reads with the same strict reader as `synth` and chooses columns from declarations only
 (`domain.declare_columns`); every column needs declared bounds. The --order-by column is read
-too: it is the public timeline. Then it calls the library, which writes the releases, the report
-and the secret state, and prints notices (and, on a terminal, progress and a one-line summary).
+too: it is the public timeline; `online.stream.open_stream` reads it alone first and streams a
+file already in its order (else it sorts in memory, and a notice says so). Then it calls the
+library, which writes the releases, the report and the secret state, and prints notices (and, on
+a terminal, progress and a one-line summary).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dpsynth_cli.errors import UsageError
 from dpsynth_cli.online import PRIVACY_MODEL, ReplayOptions, replay
 from dpsynth_cli.online.params import ALLOCATIONS
 from dpsynth_cli.online.replay import REPORT_NAME, check_dirs, plan_for
+from dpsynth_cli.online.stream import SORTED_IN_MEMORY, open_stream
 from dpsynth_cli.privacy.noise import RandomSource
 
 
@@ -54,9 +57,11 @@ OrderBy = Annotated[
         "--order-by",
         metavar="COL",
         help="Column that orders the rows into a stream, e.g. --order-by time (stable: ties "
-        "keep the file's order; the file need not be sorted). PUBLIC: it is the timeline. CSV "
-        "text sorts as numbers when every value is one, else as text (ISO 8601 times work). A "
-        "missing value is an error (exit 1). Default: the file's row order.",
+        "keep the file's order). PUBLIC: it is the timeline. CSV text sorts as numbers when "
+        "every value is one, else as text (ISO 8601 times work). A missing value is an error "
+        "(exit 1). Default: the file's row order. A file already in this order (checked first "
+        "by reading this column alone) is streamed with memory bounded by a batch; any other "
+        "is read whole and sorted in memory (a notice says so): sort big files beforehand.",
     ),
 ]
 Checkpoints = Annotated[
@@ -207,27 +212,28 @@ def online_replay(
     if seed is not None:
         feedback.warning(f"--seed given: {report.NOT_FOR_RELEASE}")
     extra = [order_by] if order_by is not None and order_by not in declared.names else []
-    with feedback.step("reading input"):
-        read = io.open_input(input, in_fmt, declared.names + extra, header=not no_header)
-        with read:
-            typed = in_fmt == "parquet"
-            specs = declared.resolve(
-                read.schema, typed=typed, all_columns=read.all_columns, numbers_only="online-replay"
-            ).specs
-            plan_for(options, specs)  # usage errors before any row is read
-            table = read.read_all()
-    source = RandomSource.seeded(seed) if seed is not None else RandomSource.secure()
-    with feedback.step("replaying the stream"):
-        result = replay(
-            table,
-            specs,
-            options,
-            source,
-            out_dir=out_dir,
-            state_dir=state,
-            command=["dpsynth", *sys.argv[1:]],
-            progress=feedback.counter("replaying the stream"),
-        )
+    with io.open_input(input, in_fmt, declared.names + extra, header=not no_header) as read:
+        typed = in_fmt == "parquet"
+        specs = declared.resolve(
+            read.schema, typed=typed, all_columns=read.all_columns, numbers_only="online-replay"
+        ).specs
+        plan_for(options, specs)  # usage errors before any row is read
+        with feedback.step("reading the --order-by column" if order_by else "reading input"):
+            rows = open_stream(read, specs, order_by)
+        if rows.sorted_in_memory:
+            feedback.notice(SORTED_IN_MEMORY)
+        source = RandomSource.seeded(seed) if seed is not None else RandomSource.secure()
+        with feedback.step("replaying the stream"):
+            result = replay(
+                rows,
+                specs,
+                options,
+                source,
+                out_dir=out_dir,
+                state_dir=state,
+                command=["dpsynth", *sys.argv[1:]],
+                progress=feedback.counter("replaying the stream"),
+            )
     for notice in result.notices:
         feedback.notice(notice)
     if seed is None and result.report["seeded"]:

@@ -18,8 +18,10 @@ from typer.main import get_command
 
 from dpsynth_cli import online_cli
 from dpsynth_cli.cli import app
+from dpsynth_cli.io import InputSource
 from dpsynth_cli.online.engine import OnlineEngine
 from dpsynth_cli.online.replay import REPORT_NAME
+from dpsynth_cli.online.stream import SORTED_IN_MEMORY
 
 replay_mod = sys.modules["dpsynth_cli.online.replay"]
 BOUNDS = ["--bounds", "x=0:1", "--bounds", "n=0:9", "--integer", "n"]
@@ -67,12 +69,13 @@ def one_line_error(result, code: int) -> None:
 
 def test_releases_report_and_silence_in_pipes(runner, tmp_path):
     """A CSV whose rows are not in time order (times as text: 10 must come after 9): releases at
-    every:250 of exactly t rows, sorted names, and a report; nothing on stderr in a pipe."""
+    every:250 of exactly t rows, sorted names, and a report; on stderr in a pipe only the notice
+    that the input was sorted in memory."""
     src = write_csv(tmp_path / "s.csv", stream(1000, shuffle=True))
     out = tmp_path / "rel"
     args = [src, "--eps", 1, "--order-by", "time", *BOUNDS, "--checkpoints", "every:250"]
     result = run(runner, *args, "--output-format", "csv", "--out-dir", out)
-    assert result.exit_code == 0 and result.output == "", result.output
+    assert result.exit_code == 0 and result.output == f"dpsynth: note: {SORTED_IN_MEMORY}\n"
     names = [f"release-{t:012d}.csv" for t in (250, 500, 750, 1000)]
     assert sorted(os.listdir(out)) == sorted([*names, REPORT_NAME])
     for t, name in zip((250, 500, 750, 1000), names, strict=True):
@@ -85,14 +88,20 @@ def test_releases_report_and_silence_in_pipes(runner, tmp_path):
     assert [c["rows"] for c in report["checkpoints"]] == [250, 500, 750, 1000]
 
 
-def test_unsorted_file_replays_as_the_sorted_one(runner, tmp_path):
-    """--order-by sorts (numbers in CSV text as numbers): a shuffled file = the sorted file."""
+def test_unsorted_file_replays_as_the_sorted_one(runner, tmp_path, monkeypatch):
+    """--order-by sorts (numbers in CSV text as numbers): a shuffled file (sorted in memory, with
+    a notice) = the sorted file (streamed: never read whole; "10" < "9" as text, not as numbers)."""
     seen = []
     for shuffle in (False, True):
         src = write_csv(tmp_path / f"s{shuffle}.csv", stream(300, shuffle=shuffle))
         out = tmp_path / f"out{shuffle}"
         args = [src, "--eps", 1, "--order-by", "time", *BOUNDS, "--checkpoints", "20,100,300"]
-        assert run(runner, *args, "--seed", 5, "--out-dir", out).exit_code == 0
+        with monkeypatch.context() as m:
+            if not shuffle:
+                m.setattr(InputSource, "read_all", None)  # streamed: never read whole
+            result = run(runner, *args, "--seed", 5, "--out-dir", out)
+        assert result.exit_code == 0, result.output
+        assert (SORTED_IN_MEMORY in result.output) is shuffle
         seen.append({k: v for k, v in listing(out).items() if k != REPORT_NAME})
     assert seen[0] == seen[1] and len(seen[0]) == 3
 
@@ -100,7 +109,8 @@ def test_unsorted_file_replays_as_the_sorted_one(runner, tmp_path):
 def test_help_says_what_is_public_and_protected(runner):
     text = " ".join(runner.invoke(app, ["online-replay", "--help"]).output.split())
     text = text.replace("- ", "-")  # words that the help's wrapping broke at a hyphen
-    for phrase in ("PUBLIC", "PROTECTED", "number of rows up to each checkpoint", "SECRET"):
+    phrases = ("PUBLIC", "PROTECTED", "number of rows up to each checkpoint", "SECRET")
+    for phrase in (*phrases, "is streamed with memory bounded by a batch", "sorted in memory"):
         assert phrase in text, phrase
     assert "replace: one row's values changed" in text and "add-remove: one time" in text
     for param in get_command(app).commands["online-replay"].params:

@@ -21,22 +21,22 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from dpsynth_cli import __version__
-from dpsynth_cli.domain import ColumnSpec, Domain, column_values, is_text
-from dpsynth_cli.errors import DataError, PrivacyRefusal, UsageError
+from dpsynth_cli.domain import ColumnSpec, Domain
+from dpsynth_cli.errors import PrivacyRefusal, UsageError
 from dpsynth_cli.io import FORMATS, atomic_write_bytes, write_outputs
 from dpsynth_cli.online import state as state_io
 from dpsynth_cli.online.engine import OnlineEngine, apriori_bound
 from dpsynth_cli.online.params import ALLOCATIONS, SPARSE_SHARE, OnlinePlan
+from dpsynth_cli.online.stream import RowStream, from_table, rebatch
 from dpsynth_cli.privacy.ledger import Ledger, Spend, check_epsilon
 from dpsynth_cli.privacy.noise import RandomSource
 from dpsynth_cli.report import NOT_FOR_RELEASE
@@ -135,43 +135,6 @@ def plan_for(options: ReplayOptions, specs: list[ColumnSpec]) -> OnlinePlan:
     return OnlinePlan(eps, len(specs), options.relation, options.allocation)
 
 
-def stream_matrix(table: pa.Table, specs: list[ColumnSpec], order_by: str | None) -> np.ndarray:
-    """The rows in stream order as [0,1]^d (NaN where a value is missing).
-
-    Rows are sorted by `order_by` (a stable sort: ties keep the file's order), so a file need
-    not be sorted. The column is the public timeline (PRIVACY_MODEL), so its values may decide
-    things: text (a CSV column) is sorted as numbers when every value is one, else as text (ISO
-    8601 times sort correctly as text); a missing value is an error, since the row has no time.
-    """
-    if order_by is not None:
-        if order_by not in table.column_names:
-            raise UsageError(f"--order-by column '{order_by}' is not in the input")
-        key = _order_key(table.column(order_by))
-        if key.null_count or (pa.types.is_floating(key.type) and pc.any(pc.is_nan(key)).as_py()):
-            raise DataError(
-                f"--order-by column '{order_by}' has missing values: every row needs a time to "
-                "be replayed (the timeline is public); fill or drop them first"
-            )
-        table = table.take(pc.sort_indices(key))
-    domain = Domain(tuple(specs))
-    values = np.empty((table.num_rows, len(specs)))
-    for j, s in enumerate(specs):
-        values[:, j] = column_values(table.column(s.name))
-    unit = domain.to_unit(values)
-    return unit
-
-
-def _order_key(column: pa.ChunkedArray) -> pa.ChunkedArray:
-    if not is_text(column.type) or column.null_count:
-        return column
-    numbers = column_values(column)
-    return column if np.isnan(numbers).any() else pa.chunked_array([numbers])
-
-
-def _digest(X: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(X).tobytes()).hexdigest()
-
-
 def _ledger(plan: OnlinePlan) -> Ledger:
     """One spend per part of Algorithm 11; they add up to eps (Proposition 5.9)."""
     ledger = Ledger(plan.epsilon, plan.relation)
@@ -202,7 +165,7 @@ def _ledger(plan: OnlinePlan) -> Ledger:
 
 
 def replay(
-    table: pa.Table,
+    rows: pa.Table | RowStream,
     specs: list[ColumnSpec],
     options: ReplayOptions,
     source: RandomSource,
@@ -212,8 +175,9 @@ def replay(
     command: list[str] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> ReplayResult:
-    """Replay `table` (all rows, or the new ones with input_mode "new") and write the releases.
+    """Replay `rows` (all rows, or the new ones with input_mode "new") and write the releases.
 
+    `rows`: a table in memory (sorted by `order_by` here) or a `stream.open_stream` of an input.
     Returns the report (also written to OUT_DIR/online-replay.report.json) and the files written.
     """
     plan = plan_for(options, specs)
@@ -225,12 +189,38 @@ def replay(
         engine, meta = state_io.load(state_dir, plan, ident) if state_dir else (None, {})
         engine = engine or OnlineEngine(plan)
         _finish_pending(meta, out_dir)
-        X = stream_matrix(table, specs, options.order_by)
-        X = _new_rows(X, engine, meta, options)
-        os.makedirs(out_dir, exist_ok=True)
-        return _run(
-            engine, meta, X, plan, specs, options, source, out_dir, state_dir, command, progress
-        )
+        if isinstance(rows, pa.Table):
+            rows = from_table(rows, specs, options.order_by)
+        new = _new_rows(rows, engine, meta, options)
+        with _created(out_dir):
+            return _run(
+                engine,
+                meta,
+                new,
+                plan,
+                specs,
+                options,
+                source,
+                out_dir,
+                state_dir,
+                command,
+                progress,
+            )
+
+
+@contextlib.contextmanager
+def _created(out_dir: str) -> Iterator[None]:
+    """OUT_DIR exists in the block; if the block fails, an OUT_DIR it made (still empty: the
+    pending releases are deleted) goes again, e.g. after a damaged file found mid-stream."""
+    made = not os.path.isdir(out_dir)
+    os.makedirs(out_dir, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        if made:
+            with contextlib.suppress(OSError):
+                os.rmdir(out_dir)
+        raise
 
 
 def check_dirs(out_dir: str, state_dir: str | None) -> None:
@@ -246,26 +236,58 @@ def check_dirs(out_dir: str, state_dir: str | None) -> None:
             )
 
 
-def _new_rows(X: np.ndarray, engine: OnlineEngine, meta: dict, options: ReplayOptions):
+@dataclass
+class _NewRows:
+    """The rows this run adds (`count` of them, in `batches`), and the digest to store."""
+
+    count: int
+    batches: Iterable[np.ndarray]
+    prefix: _Prefix | None = None  # whole mode: the digest of every row, once they are read
+
+
+def _new_rows(rows: RowStream, engine: OnlineEngine, meta: dict, options: ReplayOptions):
     """The rows this run adds to the stream (whole mode: after checking the consumed prefix)."""
     if options.input_mode == "new":
         meta["prefix_sha256"] = None
-        return X
+        return _NewRows(rows.rows, rows.batches)
     done = engine.t
     if done and meta.get("prefix_sha256") is None:
         raise PrivacyRefusal("this state was continued with --input-mode new: keep using it")
-    if X.shape[0] < done:
+    if rows.rows < done:
         raise PrivacyRefusal(
             f"the input has fewer rows than the state has already replayed ({done}); it is not "
             "the same growing table"
         )
-    if done and _digest(X[:done]) != meta["prefix_sha256"]:
-        raise PrivacyRefusal(
-            "the first rows of the input differ from those the state replayed (another table, "
-            "a changed row, or rows inserted before the end): refusing to continue"
-        )
-    meta["prefix_sha256"] = _digest(X)
-    return X[done:]
+    prefix = _Prefix(done, meta.get("prefix_sha256"))
+    return _NewRows(rows.rows - done, prefix.skip(rows.batches), prefix)
+
+
+class _Prefix:
+    """Whole mode: sha256 of the rows in [0,1]^d (float64, row-major, in stream order), computed
+    batch by batch. The first `done` rows (replayed by earlier runs) must hash to `expected`
+    before any row after them is passed on; the digest of all rows is stored for the next run."""
+
+    def __init__(self, done: int, expected: str | None) -> None:
+        self.done, self.expected, self.sha = done, expected, hashlib.sha256()
+
+    def skip(self, batches: Iterable[np.ndarray]) -> Iterator[np.ndarray]:
+        seen = 0
+        for X in batches:
+            X = np.ascontiguousarray(X)
+            head = min(max(self.done - seen, 0), X.shape[0])
+            self.sha.update(X[:head])
+            seen += X.shape[0]
+            if head and seen >= self.done and self.sha.hexdigest() != self.expected:
+                raise PrivacyRefusal(
+                    "the first rows of the input differ from those the state replayed (another "
+                    "table, a changed row, or rows inserted before the end): refusing to continue"
+                )
+            self.sha.update(X[head:])
+            if head < X.shape[0]:
+                yield X[head:]
+
+    def hexdigest(self) -> str:
+        return self.sha.hexdigest()
 
 
 def _finish_pending(meta: dict, out_dir: str) -> None:
@@ -286,15 +308,16 @@ def _final_name(pending: str) -> str:
     return os.path.join(d, re.sub(r"^\.(.*)\.pending$", r"\1", name))
 
 
-def _run(engine, meta, X, plan, specs, options, source, out_dir, state_dir, command, progress):
+def _run(engine, meta, new, plan, specs, options, source, out_dir, state_dir, command, progress):
     engine.use(source)
     domain = Domain(tuple(specs))
     rng = source.spawn("post-processing").numpy_generator()
     start = engine.t  # rows replayed before this run (secret: never reported)
     checkpoints = parse_checkpoints(options.checkpoints)
-    stops = checkpoints(start, start + X.shape[0])
-    if options.release_at_end and X.shape[0] and start + X.shape[0] not in stops:
-        stops.append(start + X.shape[0])
+    end = start + new.count  # the number of rows is public (PRIVACY_MODEL)
+    stops = checkpoints(start, end)
+    if options.release_at_end and new.count and end not in stops:
+        stops.append(end)
     released: list[dict[str, Any]] = []
     pending: list[str] = []
 
@@ -309,10 +332,14 @@ def _run(engine, meta, X, plan, specs, options, source, out_dir, state_dir, comm
         )
 
     try:
-        for lo in range(0, X.shape[0], BATCH_ROWS):
-            engine.feed(X[lo : lo + BATCH_ROWS], stops, on_stop)
+        fed = 0
+        for X in rebatch(new.batches, BATCH_ROWS):
+            engine.feed(X, stops, on_stop)
+            fed += X.shape[0]
             if progress is not None:
-                progress(min(lo + BATCH_ROWS, X.shape[0]), X.shape[0])
+                progress(min(fed, new.count), new.count)
+        if new.prefix is not None:
+            meta["prefix_sha256"] = new.prefix.hexdigest()
         history = meta.get("checkpoints", []) + released
         meta.update(
             {
