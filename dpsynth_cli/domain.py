@@ -479,6 +479,18 @@ def column_codes(column: pa.ChunkedArray, spec: ColumnSpec) -> np.ndarray:
     return codes
 
 
+def table_codes(table: pa.Table | pa.RecordBatch, spec: ColumnSpec) -> np.ndarray:
+    """`column_codes` of the table's column `spec.name`. Text that is not UTF-8 (Parquet does
+    not check it on read; text functions do) is an encoding error naming the column: structure,
+    like a CSV's encoding, so one line and exit 1 rather than an internal error."""
+    try:
+        return column_codes(table.column(spec.name), spec)
+    except pa.ArrowInvalid:
+        raise DataError(
+            f"column '{spec.name}' holds text that is not valid UTF-8 (an encoding error)"
+        ) from None
+
+
 def value_matrix(table: pa.Table, specs: list[ColumnSpec]) -> np.ndarray:
     """The chosen columns as float64 (n, d), rows with any missing value (null or NaN) dropped."""
     if not specs:
@@ -486,12 +498,7 @@ def value_matrix(table: pa.Table, specs: list[ColumnSpec]) -> np.ndarray:
     values = np.empty((table.num_rows, len(specs)))
     missing = np.zeros(table.num_rows, dtype=bool)
     for j, s in enumerate(specs):
-        try:
-            values[:, j] = column_codes(table.column(s.name), s)
-        except pa.ArrowInvalid:  # Parquet does not check UTF-8 on read; text functions do
-            raise DataError(
-                f"column '{s.name}' holds text that is not valid UTF-8 (an encoding error)"
-            ) from None
+        values[:, j] = table_codes(table, s)
         missing |= np.isnan(values[:, j])
     return values[~missing] if missing.any() else values
 

@@ -375,3 +375,21 @@ def test_files_one_row_apart_are_indistinguishable(runner, tmp_path, monkeypatch
         )
     else:
         assert seen[0] == seen[1]
+
+
+def test_text_that_is_not_utf8_is_a_one_line_encoding_error(runner, tmp_path):
+    """A Parquet string column holding bytes that are not UTF-8 (Parquet does not check on
+    read) is an encoding error naming the column, exit 1, nothing released: structure, as in
+    synth, never an internal error."""
+    bad = pa.Array.from_buffers(
+        pa.string(),
+        3,
+        [None, pa.py_buffer(np.array([0, 3, 4, 7], np.int32)), pa.py_buffer(b"0.5\xff0.1")],
+    )
+    path = tmp_path / "s.parquet"
+    pq.write_table(pa.table({"x": bad}), path)
+    out = tmp_path / "out"
+    result = run(runner, path, "--eps", "1", "--bounds", "x=0:1", "--out-dir", out)
+    one_line_error(result, 1)
+    assert "'x'" in result.output and "UTF-8" in result.output
+    assert not out.exists() or not any(out.iterdir())

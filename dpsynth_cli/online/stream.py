@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dpsynth_cli.domain import ColumnSpec, Domain, column_values, is_text
+from dpsynth_cli.domain import ColumnSpec, Domain, column_values, is_text, table_codes
 from dpsynth_cli.errors import DataError, UsageError
 from dpsynth_cli.io import InputSource
 
@@ -82,7 +82,7 @@ def _exactly(rows: int, batches: Iterator[np.ndarray], name: str) -> Iterator[np
 def _unit(table: pa.Table | pa.RecordBatch, specs: list[ColumnSpec]) -> np.ndarray:
     values = np.empty((table.num_rows, len(specs)))
     for j, s in enumerate(specs):
-        values[:, j] = column_values(table.column(s.name))
+        values[:, j] = table_codes(table, s)
     return Domain(tuple(specs)).to_unit(values)
 
 
