@@ -241,9 +241,8 @@ def synthesize(
     undeclared = tuple(j for j, s in enumerate(specs) if not s.has_bounds)
     dim = lowdim.parse_dim(options.dim, len(specs))
     # PrivTree's first histogram rides on the first pass when it may run on these rows.
-    declared = Domain(tuple(specs)) if not undeclared and dim == 0 else None
-    if options.mechanism not in ("auto", "privtree"):
-        declared = None
+    tree_may_run = dim == 0 and options.mechanism in ("auto", "privtree")
+    declared = Domain(tuple(specs)) if tree_may_run and not undeclared else None
     first = raw.collect(partial(CountAndBounds, undeclared, declared))
     specs, notices = _complete_bounds(first.fine, specs, budget, source, ledger)
     domain = Domain(tuple(specs))
