@@ -45,11 +45,13 @@ KINDS = ("float", "integer", "boolean", "category", "date", "datetime")
 # unit interval, and a nullable one has "missing" as one more code past the upper one.
 DISCRETE = ("integer", "boolean", "category", "date")
 NULLABLE = DISCRETE
+# Kinds whose codes are levels, not numbers: the discrete metric, and top-level splits.
+LEVEL_KINDS = ("boolean", "category")
 METRIC_TEXT = (
-    "rho(x, y) = max over columns of |e(x) - e(y)|: a float or datetime column's difference "
-    "divided by its public range; an integer, date, boolean or category column with L codes "
-    "(levels in declared order, then 'missing' if nullable) contributes |i - j| / L. The "
-    "discrete metric 1[i != j] on levels is at most L times this"
+    "rho(x, y) = max over columns: a boolean or category column contributes 1 if the levels "
+    "differ ('missing' is a level if nullable), else 0 (the discrete metric); a float or "
+    "datetime column its difference divided by its public range; an integer or date column "
+    "with L codes (then 'missing' if nullable) |i - j| / L"
 )
 DRAFT_HINT = "`dpsynth schema draft INPUT > schema.json` writes a schema to fill in"
 # Float outputs are rounded to this fraction of the column's public range: far below the error of
@@ -519,6 +521,44 @@ class Domain:
             if c.kind == "integer" and math.ceil(c.lower) > math.floor(c.upper):
                 raise UsageError(f"bounds of integer column '{c.name}' contain no integer")
 
+    def levels(self, j: int) -> int:
+        """How many codes column j has (declared levels, then missing if nullable)."""
+        c = self.columns[j]
+        return int(math.floor(c.code_upper) - math.ceil(c.lower) + 1)
+
+    @property
+    def level_columns(self) -> tuple[int, ...]:
+        """The boolean and category columns, in order: top-level splits of the partitions."""
+        return tuple(j for j, c in enumerate(self.columns) if c.kind in LEVEL_KINDS)
+
+    def slots(self, j: int) -> int:
+        """The unit interval of level column j is cut into P = 2^ceil(log2 L) equal slots, so
+        that ceil(log2 L) halvings separate its L levels: level i owns slots ceil(iP/L) ..
+        ceil((i+1)P/L) - 1 (one or two of them) and its rows sit in the first."""
+        return 1 << max(self.levels(j) - 1, 0).bit_length()
+
+    def lead_bits(self) -> tuple[int, ...]:
+        """log2 of the slots of each level column: the bits a partition splits first."""
+        return tuple(self.slots(j).bit_length() - 1 for j in self.level_columns)
+
+    @property
+    def cube_order(self) -> np.ndarray:
+        """Column order of the mechanisms' cube: level columns first, the partitions' top-level
+        splits (`partition`, "Level columns first"); the others in their order."""
+        lead = self.level_columns
+        rest = [j for j in range(len(self.columns)) if j not in lead]
+        return np.array([*lead, *rest], dtype=np.int64)
+
+    def to_cube(self, values: np.ndarray) -> np.ndarray:
+        """`to_unit`, columns in `cube_order`: what mechanisms read."""
+        return self.to_unit(values)[:, self.cube_order]
+
+    def cube_to_unit(self, points: np.ndarray) -> np.ndarray:
+        """Points of the mechanisms' cube back in the table's column order (`from_unit`'s)."""
+        unit = np.empty_like(points)
+        unit[:, self.cube_order] = points
+        return unit
+
     def _interval(self) -> tuple[np.ndarray, np.ndarray]:
         pad = np.array([0.5 if c.kind in DISCRETE else 0.0 for c in self.columns])
         lo = np.array([c.lower for c in self.columns], dtype=np.float64)
@@ -538,20 +578,29 @@ class Domain:
         with np.errstate(over="ignore", invalid="ignore"):
             unit = values - lo
             unit /= width
-        return np.clip(unit, 0.0, 1.0, out=unit)
+        np.clip(unit, 0.0, 1.0, out=unit)
+        for j in self.level_columns:  # level i -> the middle of its first slot
+            size, slots = self.levels(j), self.slots(j)
+            i = np.clip(np.floor(unit[:, j] * size), 0, size - 1).astype(np.int64)
+            unit[:, j] = (-(-i * slots // size) + 0.5) / slots
+        return unit
 
     def metric(self) -> dict:
         """The metric the unit-cube W1 bound is stated on, for the report (docs/privacy.md)."""
-        bins = {
-            c.name: int(math.floor(c.code_upper) - math.ceil(c.lower) + 1)
-            for c in self.columns
-            if c.kind in DISCRETE
-        }
+        codes = {c.name: self.levels(j) for j, c in enumerate(self.columns) if c.kind in DISCRETE}
+        slots = {self.columns[j].name: self.slots(j) for j in self.level_columns}
         return {
             "definition": METRIC_TEXT,
-            "bins_per_discrete_column": bins,
-            "bound": "W1 under this metric <= min(2 B, B + max over discrete columns of 1/(2L)) "
-            "with B the unit-cube bound (plus 5e-7 for the rounding of float columns)",
+            "codes_per_discrete_column": codes,
+            "unit_cube_embedding": "a float, datetime, integer or date column affinely by its "
+            "public range (codes on equal bins); level i of a boolean or category column with L "
+            "levels at the middle of slot ceil(iP/L) of P = 2^ceil(log2 L) equal slots",
+            "slots_per_level_column": slots,
+            "bound": "pmm (level columns split first) states its bound B in this metric, and "
+            "the released table is within min(2 B, B + max over integer and date columns of "
+            "1/(2L)) of the input; for a bound B on the unit cube (the other mechanisms, which "
+            "split the embedding), within min(1, 2 P B) with P the most slots of a level column "
+            "(1 without one); plus 5e-7 for the rounding of float columns",
         }
 
     def decimals(self) -> dict[str, int]:
@@ -575,6 +624,10 @@ class Domain:
         their codes (`coltypes`)."""
         lo, width = self._interval()
         values = lo + unit * width
+        for j in self.level_columns:  # a slot's level (every slot has one)
+            size, slots = self.levels(j), self.slots(j)
+            slot = np.clip(np.floor(unit[:, j] * slots), 0, slots - 1).astype(np.int64)
+            values[:, j] = slot * size // slots
         decimals = self.decimals()
         arrays = {}
         for j, col in enumerate(self.columns):

@@ -206,14 +206,15 @@ class CountAndBounds:
     def __post_init__(self) -> None:
         self.fine = {j: histograms(np.empty(0)) for j in self.columns}
         if self.domain is not None:
-            self.tree = privtree.FirstHistogram(len(self.domain.columns))
+            d = len(self.domain.columns)
+            self.tree = privtree.FirstHistogram(d, self.domain.lead_bits())
 
     def add(self, X: np.ndarray) -> None:
         self.n += X.shape[0]
         for j in self.columns:
             self.fine[j] += histograms(X[:, j])
         if self.tree is not None:
-            self.tree.add(self.domain.to_unit(X))
+            self.tree.add(self.domain.to_cube(X))
 
     def merge(self, other: CountAndBounds) -> CountAndBounds:
         self.n += other.n
@@ -246,7 +247,9 @@ def synthesize(
     first = raw.collect(partial(CountAndBounds, undeclared, declared))
     specs, notices = _complete_bounds(first.fine, specs, budget, source, ledger)
     domain = Domain(tuple(specs))
-    X = replace(raw.map(domain.to_unit, len(specs)), ahead=first.tree)
+    # The mechanisms' cube: level columns first, split first (`partition`); mapped back below.
+    lead = domain.lead_bits()
+    X = replace(raw.map(domain.to_cube, len(specs)), ahead=first.tree, lead=lead)
     n_hat = noisy_count(first.n, budget.count, source.spawn("count"), ledger)
     call = {
         "epsilon": budget.mechanism,
@@ -261,12 +264,14 @@ def synthesize(
     else:
         inner = MECHANISMS[options.mechanism]
         run = lowdim.run(X, source=source.spawn("lowdim"), dim=dim, inner=inner, **call)
+    if lead:
+        run = replace(run, output=run.output.map(domain.cube_to_unit, len(specs)))
     sample = next(run.output.batches(SIGNAL_ROWS))  # all points when they fit
     signal, signal_notices = signal_block(sample, [s.name for s in specs], run.w1_bound)
     notices += weak_guarantee_notice(options.epsilon) + signal_notices
     result = SynthResult(domain, budget, ledger, run, n_hat, signal, notices=notices)
     if options.diagnostics:
-        result.diagnostics = _diagnostics(X, sample, first.n)
+        result.diagnostics = _diagnostics(raw.map(domain.to_unit, len(specs)), sample, first.n)
     return result
 
 

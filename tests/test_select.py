@@ -22,7 +22,11 @@ def test_choice_depends_on_eps_times_noisy_rows_per_unit_of_sensitivity(monkeypa
     assert select.choose(2, Fraction(1), 2000, "replace") == "privtree"
     assert select.choose(5, Fraction(10), 10**9, "add-remove") == "hierarchy"
     assert select.choose(2, Fraction(1), -5, "add-remove") == "hierarchy"  # noisy counts can be < 0
-    assert select.rule_text().startswith("d=2: privtree when eps*noisy_rows/sensitivity >= 1000")
+    assert "; d=2: privtree when eps*noisy_rows/sensitivity >= 1000" in select.rule_text()
+    # Level columns (public, from the schema): privtree, which splits them first, at any eps n.
+    assert select.choose(2, Fraction(1), 999, "add-remove", levels=True) == "privtree"
+    assert select.choose(5, Fraction(1, 10), 10, "replace", levels=True) == "privtree"
+    assert select.rule_text().startswith("with boolean or category columns: privtree; ")
 
 
 @pytest.mark.parametrize("name", sorted(select.CANDIDATES))

@@ -51,6 +51,9 @@ class Rows:
     # pass computes PrivTree's first histogram with the row count: one pass fewer). A mechanism
     # that recognises it may use it instead of a pass; a map to other rows drops it.
     ahead: Any = None
+    # Bits split first for each of the first len(lead) columns: the level columns, which synth
+    # puts first (`partition`, "Level columns first"). Public (the schema); a map drops it.
+    lead: tuple[int, ...] = ()
 
     def collect(self, make: Callable[[], A]) -> A:
         """One pass over the rows: the statistic `make()` accumulates."""

@@ -6,6 +6,17 @@ the parent of cell `c` at level j is `c >> 1`, its children are `2c` and `2c + 1
 j has side 2^-ceil(j/d) along the first (j mod d) coordinates and 2^-floor(j/d) along the others,
 so its L-infinity diameter is 2^-floor(j/d).
 
+Level columns first (issue 15). A table's boolean and category columns (public: the schema) are
+top-level splits: `lead` gives, for the first len(lead) coordinates, how many bits each is split
+into before any other coordinate (`Domain` puts a column of L levels on 2^ceil(log2 L) slots, so
+those bits separate its levels). The first B = sum(lead) levels halve the lead coordinates in
+turn (one bit each while it has bits left), then the other d - len(lead) coordinates are halved
+in turn as above. A cell code is then the B lead bits followed by the Morton code of the rest.
+Under the mixed metric (levels at distance 1, the rest by L-infinity) a cell above level B spans
+two levels or the whole numeric cube, so its diameter is 1; below B, 2^-floor((j - B)/(d - m)).
+Any binary hierarchical partition serves PMM and PrivTree: their privacy arguments need only
+that one row lies in one cell per level.
+
 Nothing here adds noise: these are the exact counts and the geometry that mechanisms use.
 
 Speed: the bits of coordinate c are those of code positions (depth-1-c) mod d + k*d, so codes are
@@ -22,21 +33,69 @@ import numpy as np
 
 from dpsynth_cli.engine.rows import Rows, as_rows
 
+Lead = tuple[int, ...]  # bits split first, for each of the first len(lead) coordinates
 
-def bits_per_coordinate(depth: int, d: int) -> np.ndarray:
+
+def lead_order(lead: Lead) -> list[int]:
+    """The coordinate halved at each of the first sum(lead) levels: the lead ones in turn."""
+    left, order = list(lead), []
+    while any(left):
+        for c, b in enumerate(left):
+            if b:
+                order.append(c)
+                left[c] -= 1
+    return order
+
+
+def depth_limit(d: int, lead: Lead, depth: int) -> int:
+    """`depth`, or sum(lead) if every coordinate is a lead one (nothing is left to halve)."""
+    return min(depth, sum(lead)) if lead and len(lead) == d else depth
+
+
+def split_order_text(lead: Lead) -> str:
+    """The partition's split order, for the report."""
+    turn = "coordinates halved in turn (level j splits coordinate (j-1) mod d)"
+    if not lead:
+        return turn
+    return (
+        f"level columns first: {sum(lead)} levels split the {len(lead)} boolean/category "
+        f"columns into their levels ({', '.join(map(str, lead))} bits each, in turn); then the "
+        "other columns halved in turn"
+    )
+
+
+def _split(depth: int, d: int, lead: Lead) -> tuple[list[int], int, int]:
+    """(lead levels within depth, levels left for the other coordinates, how many others)."""
+    order = lead_order(lead)[:depth]
+    rest = d - len(lead)
+    if depth > len(order) and rest <= 0:
+        raise ValueError("a partition of only level columns is at most sum(lead) levels deep")
+    return order, depth - len(order), rest
+
+
+def bits_per_coordinate(depth: int, d: int, lead: Lead = ()) -> np.ndarray:
     """How many times each coordinate is halved in a partition of the given depth."""
+    if lead:
+        order, r, rest = _split(depth, d, lead)
+        head = np.bincount(np.asarray(order, dtype=np.int64), minlength=len(lead))
+        return np.concatenate([head, bits_per_coordinate(r, rest)]).astype(np.int64)
     c = np.arange(d)
     return np.where(depth > c, (depth - c - 1) // d + 1, 0).astype(np.int64)
 
 
-def diameter(level: int, d: int) -> float:
-    """L-infinity diameter of a cell at `level`."""
+def diameter(level: int, d: int, lead: Lead = ()) -> float:
+    """Diameter of a cell at `level`: L-infinity, or the mixed metric with lead columns."""
+    if lead:
+        head, rest = sum(lead), d - len(lead)
+        if level < head:
+            return 1.0
+        return 2.0 ** -((level - head) // rest) if rest else 0.0
     return 2.0 ** -(level // d)
 
 
-def level_diameter_sums(depth: int, d: int) -> list[float]:
+def level_diameter_sums(depth: int, d: int, lead: Lead = ()) -> list[float]:
     """Delta_j = sum of cell diameters at level j (eq. 3.6), for j = -1..depth, Delta_-1 = 1."""
-    return [1.0] + [2.0**j * diameter(j, d) for j in range(depth + 1)]
+    return [1.0] + [2.0**j * diameter(j, d, lead) for j in range(depth + 1)]
 
 
 def _spread_masks(nbits: int, d: int) -> list[tuple[int, int]]:
@@ -86,8 +145,31 @@ def _compact(x: np.ndarray, nbits: int, d: int) -> np.ndarray:
     return x
 
 
-def leaf_codes(X: np.ndarray, depth: int) -> np.ndarray:
+def leaf_codes(X: np.ndarray, depth: int, lead: Lead = ()) -> np.ndarray:
     """Index (in Morton order) of the depth-`depth` cell holding each row of X in [0,1]^d."""
+    if not lead:
+        return _morton(X, depth)
+    order, r, _ = _split(depth, X.shape[1], lead)
+    codes = _morton(X[:, len(lead) :], r) if r else np.zeros(X.shape[0], dtype=np.int64)
+    done = [0] * len(lead)
+    for j, c in enumerate(order):  # level j + 1 halves lead coordinate c: its next bit
+        q = _grid(X[:, c], lead[c])
+        done[c] += 1
+        q >>= lead[c] - done[c]
+        q &= 1
+        q <<= depth - 1 - j
+        codes |= q
+    return codes
+
+
+def _grid(x: np.ndarray, bits: int) -> np.ndarray:
+    """Index of each value's cell among 2^bits equal cells of [0, 1] (1 is in the last)."""
+    q = (x * float(1 << bits)).astype(np.int64)
+    return np.minimum(q, (1 << bits) - 1, out=q)
+
+
+def _morton(X: np.ndarray, depth: int) -> np.ndarray:
+    """Cell index at `depth` of each row, coordinates halved in turn (no lead columns)."""
     n, d = X.shape
     bits = bits_per_coordinate(depth, d)
     codes = np.zeros(n, dtype=np.int64)
@@ -95,10 +177,7 @@ def leaf_codes(X: np.ndarray, depth: int) -> np.ndarray:
         b = int(bits[c])
         if b == 0:  # coordinate never split at this depth
             continue
-        # Grid index along c; x = 1 belongs to the last cell.
-        q = (X[:, c] * np.exp2(bits[c])).astype(np.int64)
-        np.minimum(q, (1 << b) - 1, out=q)
-        spread = _spread(q, b, d)
+        spread = _spread(_grid(X[:, c], b), b, d)
         spread <<= (depth - 1 - c) % d  # where coordinate c's last bit sits in the code
         codes |= spread
     return codes
@@ -109,11 +188,19 @@ def _grid_index(codes: np.ndarray, depth: int, d: int, c: int, nbits: int) -> np
     return _compact(codes >> ((depth - 1 - c) % d), nbits, d)
 
 
-def cell_grid_index(codes: np.ndarray, depth: int, d: int) -> np.ndarray:
+def cell_grid_index(codes: np.ndarray, depth: int, d: int, lead: Lead = ()) -> np.ndarray:
     """Inverse of the interleaving: per-coordinate grid index (m, d) of each cell code."""
+    codes = np.asarray(codes, dtype=np.int64)
+    if lead:
+        order, r, rest = _split(depth, d, lead)
+        q = np.zeros((codes.shape[0], d), dtype=np.int64)
+        if r:
+            q[:, len(lead) :] = cell_grid_index(codes & ((1 << r) - 1), r, rest)
+        for j, c in enumerate(order):
+            q[:, c] = (q[:, c] << 1) | ((codes >> (depth - 1 - j)) & 1)
+        return q
     bits = bits_per_coordinate(depth, d)
     q = np.zeros((codes.shape[0], d), dtype=np.int64)
-    codes = np.asarray(codes, dtype=np.int64)
     for c in range(min(d, depth)):  # coordinates >= depth are never halved
         if bits[c]:
             q[:, c] = _grid_index(codes, depth, d, c, int(bits[c]))
@@ -138,7 +225,7 @@ def _sibling_sums(a: np.ndarray) -> np.ndarray:
 def true_level_counts(X: Rows | np.ndarray, depth: int) -> list[np.ndarray]:
     """Exact number of rows of X in every cell of every level (private: feed only to noise)."""
     rows = as_rows(X)
-    leaves = rows.collect(partial(LeafCounts, depth, rows.d)).counts
+    leaves = rows.collect(partial(LeafCounts, depth, rows.d, rows.lead)).counts
     return level_counts(leaves, depth)
 
 
@@ -148,13 +235,15 @@ class LeafCounts:
 
     depth: int
     d: int
+    lead: Lead = ()
     counts: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
         self.counts = np.zeros(1 << self.depth, dtype=np.int64)
 
     def add(self, X: np.ndarray) -> None:
-        self.counts += np.bincount(leaf_codes(X, self.depth), minlength=1 << self.depth)
+        codes = leaf_codes(X, self.depth, self.lead)
+        self.counts += np.bincount(codes, minlength=1 << self.depth)
 
     def merge(self, other: LeafCounts) -> LeafCounts:
         self.counts = self.counts + other.counts
@@ -175,6 +264,7 @@ class SubtreeCounts:
     top: int
     k: int
     d: int
+    lead: Lead = ()
     _keys: np.ndarray = field(init=False)
     _vals: np.ndarray = field(init=False)
     _dense: np.ndarray | None = field(init=False, default=None)
@@ -241,7 +331,7 @@ class SubtreeCounts:
         return pos
 
     def add(self, X: np.ndarray) -> None:
-        codes = leaf_codes(X, self.top + self.k)
+        codes = leaf_codes(X, self.top + self.k, self.lead)
         if self.roots.size == 1 << self.top:  # every cell of the level: codes are the keys
             keys = codes
         else:
@@ -303,14 +393,18 @@ class SubtreeCounts:
         return self._cum[at(self._keys, hi)] - self._cum[at(self._keys, lo)]
 
 
-def points_in_cells(codes: np.ndarray, depth: int, d: int, rng: np.random.Generator) -> np.ndarray:
+def points_in_cells(
+    codes: np.ndarray, depth: int, d: int, rng: np.random.Generator, lead: Lead = ()
+) -> np.ndarray:
     """One point drawn uniformly in each listed cell (post-processing: looks at no data)."""
-    bits = bits_per_coordinate(depth, d)
+    bits = bits_per_coordinate(depth, d, lead)
     codes = np.asarray(codes, dtype=np.int64)
-    # Same draws and values as (cell_grid_index(codes) + rng.random((m, d))) / 2**bits, in place.
     points = rng.random((codes.shape[0], d))
-    for c in range(min(d, depth)):  # coordinates >= depth are never halved
-        if bits[c]:
-            points[:, c] += _grid_index(codes, depth, d, c, int(bits[c]))
+    if lead:
+        points += cell_grid_index(codes, depth, d, lead)
+    else:  # the same values as above, one coordinate at a time, in place
+        for c in range(min(d, depth)):  # coordinates >= depth are never halved
+            if bits[c]:
+                points[:, c] += _grid_index(codes, depth, d, c, int(bits[c]))
     points /= np.exp2(bits)
     return points

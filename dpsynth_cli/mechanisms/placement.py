@@ -10,6 +10,8 @@ reconstruction, |a| <= 2 keeps it non-negative) follows that rise and lowers W1 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 MAX_SLOPE = 2.0  # 1 + a (u - 1/2) >= 0 on [0, 1] iff |a| <= 2
@@ -88,23 +90,81 @@ def linear_inverse_cdf(a: np.ndarray, p: np.ndarray) -> np.ndarray:
     return np.clip(u, 0.0, 1.0, out=u)
 
 
+@dataclass(frozen=True)
+class Pooled:
+    """The released mass of all boxes along one axis, each box's size spread evenly over its
+    side, on 2^bits equal cells of [0, 1] (bits: the finest side, at most MAX_POOLED_BITS).
+
+    With level columns split first (`partition`), the leaves of sparse level combinations span
+    the whole range of a numeric column, where a uniform (or linear) density ignores what the
+    finer leaves of the other combinations released about that column. A point of a box wider
+    than one cell is instead drawn from this pooled density restricted to the box's side: the
+    column's released marginal, assumed to hold within the box (released values only).
+    """
+
+    cum: np.ndarray  # cumulative mass at the 2^bits + 1 cell edges
+
+    @classmethod
+    def of(cls, lower: np.ndarray, width: np.ndarray, sizes: np.ndarray) -> Pooled:
+        bits = min(int(np.max(-np.log2(width), initial=0.0)), MAX_POOLED_BITS)
+        cells = 1 << bits
+        start = np.minimum(np.floor(lower * cells).astype(np.int64), cells - 1)
+        end = np.maximum(np.rint((lower + width) * cells).astype(np.int64), start + 1)
+        mass = sizes / (end - start)
+        diff = np.bincount(start, mass, cells + 1) - np.bincount(end, mass, cells + 1)
+        return cls(np.concatenate([[0.0], np.cumsum(np.cumsum(diff)[:cells])]))
+
+    @property
+    def cells(self) -> int:
+        return self.cum.size - 1
+
+    def wide(self, width: np.ndarray) -> np.ndarray:
+        """Which boxes span more than one cell (the others keep their linear density)."""
+        return width * self.cells > 1.0 + 1e-9
+
+    def place(self, lower: np.ndarray, width: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """The point at quantile u of the pooled density on [lower, lower + width) (boxes
+        aligned to the cells); uniform where the pooled density has no mass there."""
+        g = self.cells
+        a = np.rint(lower * g).astype(np.int64)
+        b = np.rint((lower + width) * g).astype(np.int64)
+        fa, fb = self.cum[a], self.cum[b]
+        t = fa + u * (fb - fa)
+        j = np.clip(np.searchsorted(self.cum, t, "right") - 1, a, b - 1)
+        mass = self.cum[j + 1] - self.cum[j]
+        frac = np.divide(t - self.cum[j], mass, out=np.full_like(t, 0.5), where=mass > 0)
+        x = (j + np.clip(frac, 0.0, 1.0)) / g
+        return np.where(fb > fa, x, lower + u * width)
+
+
+MAX_POOLED_BITS = 16  # a pooled density has at most 2^16 cells (512 KiB)
+
+
 def place_in_boxes(
     lower: np.ndarray,
     width: np.ndarray,
     slopes: np.ndarray,
     counts: np.ndarray,
     rng: np.random.Generator,
+    pooled: dict[int, Pooled] | None = None,
 ) -> np.ndarray:
     """counts[i] points in box i (lower[i], width[i]: (k, d)) with per-axis relative slopes
-    slopes[i] ((k, d)), in box order (the caller shuffles)."""
+    slopes[i] ((k, d)), in box order (the caller shuffles). `pooled`: for these axes, boxes
+    wider than a cell of its density draw from it instead (`Pooled`)."""
     counts = np.asarray(counts, dtype=np.int64)
     d = lower.shape[1]
     cells = point_cells(counts)
     u = within_cell_uniforms(counts, d, rng, cells)
+    pooled = pooled or {}
     for c in range(d):
+        raw = u[:, c].copy() if c in pooled else None
         u[:, c] = linear_inverse_cdf(np.take(slopes[:, c], cells), u[:, c])
-    u *= np.take(width, cells, axis=0)
-    u += np.take(lower, cells, axis=0)
+        u[:, c] *= np.take(width[:, c], cells)
+        u[:, c] += np.take(lower[:, c], cells)
+        if raw is not None:
+            at = np.flatnonzero(np.take(pooled[c].wide(width[:, c]), cells))
+            box = cells[at]
+            u[at, c] = pooled[c].place(lower[box, c], width[box, c], raw[at])
     return u
 
 

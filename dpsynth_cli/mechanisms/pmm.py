@@ -54,6 +54,7 @@ class PmmPlan:
     epsilon: Fraction
     sensitivity: int
     level_scales: tuple[Fraction, ...]
+    lead: partition.Lead = ()
 
     def to_json(self) -> dict:
         return {
@@ -62,7 +63,7 @@ class PmmPlan:
             "depth": self.depth,
             "leaf_cells": 1 << self.depth,
             "leaf_cap": 1 << LEAF_CAP_LOG2,
-            "split_order": "coordinates halved in turn (level j splits coordinate (j-1) mod d)",
+            "split_order": partition.split_order_text(self.lead),
             "level_noise_scales": [float(s) for s in self.level_scales],
             "noise": "discrete Laplace, scales by eq. (3.7), exact rationals",
             "consistency": "Algorithm 3, proportional transformation",
@@ -70,16 +71,18 @@ class PmmPlan:
         }
 
 
-def level_weights(depth: int, d: int) -> list[Fraction]:
+def level_weights(depth: int, d: int, lead: partition.Lead = ()) -> list[Fraction]:
     """Rational stand-ins for sqrt(Delta_{j-1}), j = 0..depth, scaled so the largest is 1."""
-    roots = [math.sqrt(x) for x in partition.level_diameter_sums(depth, d)[:-1]]
+    roots = [math.sqrt(x) for x in partition.level_diameter_sums(depth, d, lead)[:-1]]
     top = max(roots)
     return [Fraction(max(1, round(r / top * WEIGHT_GRID)), WEIGHT_GRID) for r in roots]
 
 
-def level_scales(epsilon: Fraction, depth: int, d: int, sensitivity: int) -> tuple[Fraction, ...]:
+def level_scales(
+    epsilon: Fraction, depth: int, d: int, sensitivity: int, lead: partition.Lead = ()
+) -> tuple[Fraction, ...]:
     """Eq. (3.7) scales: sigma_j = sens * S / (eps * w_j), so sum_j sens / sigma_j == eps."""
-    weights = level_weights(depth, d)
+    weights = level_weights(depth, d, lead)
     total = sum(weights, Fraction(0))
     return tuple(sensitivity * total / (epsilon * w) for w in weights)
 
@@ -93,11 +96,15 @@ def choose_depth(noisy_n: int, epsilon: Fraction, d: int, sensitivity: int) -> i
     return int(min(max(r, 0), LEAF_CAP_LOG2))
 
 
-def plan(noisy_n: int, epsilon: Fraction, d: int, relation: str) -> PmmPlan:
-    """Fix depth and noise scales from public quantities only (epsilon, d, noisy count)."""
+def plan(
+    noisy_n: int, epsilon: Fraction, d: int, relation: str, lead: partition.Lead = ()
+) -> PmmPlan:
+    """Fix depth and noise scales from public quantities only (epsilon, d, noisy count, and
+    the level columns' bits: with them the same depth, level columns split first)."""
     sens = histogram_sensitivity(relation)
-    depth = choose_depth(noisy_n, epsilon, d, sens)
-    return PmmPlan(d, depth, epsilon, sens, level_scales(epsilon, depth, d, sens))
+    depth = partition.depth_limit(d, lead, choose_depth(noisy_n, epsilon, d, sens))
+    scales = level_scales(epsilon, depth, d, sens, lead)
+    return PmmPlan(d, depth, epsilon, sens, scales, tuple(lead))
 
 
 def noisy_level_counts(
@@ -152,7 +159,7 @@ def placer(pmm: PmmPlan) -> Place:
     def place(cells: np.ndarray, counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         codes = np.repeat(cells.astype(np.int64), counts)
         rng.shuffle(codes)
-        return partition.points_in_cells(codes, pmm.depth, pmm.d, rng)
+        return partition.points_in_cells(codes, pmm.depth, pmm.d, rng, pmm.lead)
 
     return place
 
@@ -165,9 +172,10 @@ def theorem_bound(pmm: PmmPlan, n: float) -> float:
     constant sqrt 2, but its proof substitutes (3.7) into Theorem 3.9, whose constant is 2 sqrt 2;
     we report the larger, proved one.
     """
-    deltas = partition.level_diameter_sums(pmm.depth, pmm.d)[:-1]
+    deltas = partition.level_diameter_sums(pmm.depth, pmm.d, pmm.lead)[:-1]
     noise_term = sum(float(s) * dl for s, dl in zip(pmm.level_scales, deltas, strict=True))
-    return 2 * math.sqrt(2) / max(n, 1) * noise_term + partition.diameter(pmm.depth, pmm.d)
+    last = partition.diameter(pmm.depth, pmm.d, pmm.lead)
+    return 2 * math.sqrt(2) / max(n, 1) * noise_term + last
 
 
 def run(
@@ -183,14 +191,15 @@ def run(
 ) -> MechanismRun:
     """Algorithm 4 end to end, with the a-priori bound of Theorem 3.10 at the noisy count."""
     X = as_rows(X)
-    pmm = plan(noisy_rows, epsilon, X.d, relation)
+    pmm = plan(noisy_rows, epsilon, X.d, relation, X.lead)
     leaves = output_counts(
         consistent_leaf_counts(X, pmm, source, ledger, rng), rows, noisy_rows, rng
     )
     return MechanismRun(
         output=Output(leaves, placer(pmm), copy.deepcopy(rng), pmm.d),
         description=pmm.to_json(),
-        guarantee="a-priori bound on expected W1 (L-infinity metric), dissertation Theorem 3.10, "
-        "with the constant 2*sqrt(2) that its proof via Theorem 3.9 gives (3.10 prints sqrt(2))",
+        guarantee="a-priori bound on expected W1 (L-infinity metric; with level columns, the "
+        "mixed metric, levels at distance 1), dissertation Theorem 3.10, with the constant "
+        "2*sqrt(2) that its proof via Theorem 3.9 gives (3.10 prints sqrt(2))",
         w1_bound=theorem_bound(pmm, noisy_rows),
     )

@@ -228,13 +228,14 @@ class PrivTreePlan:
     count_sensitivity: int
     structure_bound: Fraction  # exact bound on the structure's epsilon, <= structure_epsilon
     zero_below: float
+    lead: partition.Lead = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
             "name": "privtree",
             "algorithm": "PrivTree-style adaptive binary partition (Zhang, Xiao & Xie 2016), "
             "re-derived for discrete Laplace noise",
-            "split_order": "coordinates halved in turn (level j splits coordinate (j-1) mod d)",
+            "split_order": partition.split_order_text(self.lead),
             "structure_epsilon": float(self.structure_epsilon),
             "count_epsilon": float(self.count_epsilon),
             "split_noise_scale": float(self.scale),
@@ -263,6 +264,7 @@ def plan(
     threshold: int | None = None,
     max_depth: int | None = None,
     zero_below: float = ZERO_BELOW,
+    lead: partition.Lead = (),
 ) -> PrivTreePlan:
     """Fix every parameter from public quantities only (epsilon, d, relation, noisy count).
 
@@ -279,7 +281,11 @@ def plan(
     lam, bias, bound = fit_scale(eps_t, relation)
     count_scale = noise.as_scale(Fraction(sens) / eps_c)
     m = max(float(eps_c) * max(noisy_n, 1), 2.0)
-    depth = min(MAX_DEPTH, d * math.ceil(math.log2(m))) if max_depth is None else max_depth
+    if max_depth is None:  # the lead bits, then every other coordinate to the grid of m cells
+        depth = sum(lead) + (d - len(lead)) * math.ceil(math.log2(m))
+        depth = partition.depth_limit(d, lead, min(MAX_DEPTH, depth))
+    else:
+        depth = max_depth
     grid_level = d * math.log2(m) / (d + 1)
     s = min(depth, max(0, round((pol[1] if start is None else start) * grid_level)))
     if threshold is None:
@@ -300,6 +306,7 @@ def plan(
         sens,
         bound,
         zero_below,
+        tuple(lead),
     )
 
 
@@ -321,11 +328,13 @@ class FirstHistogram:
     accumulate it in its first pass, before the noisy count fixes the plan (`Rows.ahead`)."""
 
     d: int
+    lead: partition.Lead = ()
     counts: partition.SubtreeCounts | None = field(init=False)
 
     def __post_init__(self) -> None:
         roots = np.zeros(1, dtype=np.int64)
-        self.counts = partition.SubtreeCounts(roots, 0, PASS_BITS, self.d)
+        k = partition.depth_limit(self.d, self.lead, PASS_BITS)
+        self.counts = partition.SubtreeCounts(roots, 0, k, self.d, self.lead)
 
     def add(self, X: np.ndarray) -> None:
         self.counts.add(X)
@@ -368,7 +377,8 @@ class NodeCounts:
         if h is None or level > h.top + h.k:
             room = PASS_BITS - max(int(cells.size - 1).bit_length(), 0)
             k = max(1, min(self.max_depth - level, room)) if level < self.max_depth else 0
-            make = partial(partition.SubtreeCounts, np.sort(cells), level, k, self.rows.d)
+            rows = self.rows
+            make = partial(partition.SubtreeCounts, np.sort(cells), level, k, rows.d, rows.lead)
             self.hist = h = self.rows.collect(make)
         return h.counts(cells, level)
 
@@ -466,14 +476,17 @@ def leaf_sizes(
     return resample_counts(m, rows, rng)
 
 
-def leaf_boxes(leaves: np.ndarray, levels: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
+def leaf_boxes(
+    leaves: np.ndarray, levels: np.ndarray, d: int, lead: partition.Lead = ()
+) -> tuple[np.ndarray, np.ndarray]:
     """Lower corner and side lengths (both (k, d)) of every leaf; one pass per distinct level."""
     lower = np.zeros((leaves.size, d))
     width = np.ones((leaves.size, d))
     for j in np.unique(levels):
         at = levels == j
-        side = np.exp2(-partition.bits_per_coordinate(int(j), d).astype(np.float64))
-        lower[at] = partition.cell_grid_index(leaves[at], int(j), d) * side
+        bits = partition.bits_per_coordinate(int(j), d, lead)
+        side = np.exp2(-bits.astype(np.float64))
+        lower[at] = partition.cell_grid_index(leaves[at], int(j), d, lead) * side
         width[at] = side
     return lower, width
 
@@ -485,11 +498,13 @@ def leaf_slopes(
     lower: np.ndarray,
     width: np.ndarray,
     max_depth: int,
+    lead: partition.Lead = (),
 ) -> np.ndarray:
     """Per-axis relative slopes (k, d) of each leaf's linear density: central differences of the
     released densities (size / volume) found one leaf width away on either side (the leaf that
     holds that point, by binary search over the leaves' Morton intervals); a face of the cube
-    counts as the leaf itself."""
+    counts as the leaf itself. Level columns (the first len(lead)) get no slope: their axis is
+    a list of levels, where a neighbour is no nearer than any other level."""
     k, d = lower.shape
     density = sizes / np.prod(width, axis=1)
     starts = leaves << (max_depth - levels)  # leaves tile the depth-D Morton codes in intervals
@@ -497,14 +512,15 @@ def leaf_slopes(
     sorted_starts = starts[order]
     centre = lower + width / 2.0
     slopes = np.zeros((k, d))
-    for c in range(d):
+    for c in range(len(lead), d):
         side = []
         for step in (-1.0, 1.0):
             probe = centre.copy()
             probe[:, c] += step * width[:, c]
             outside = (probe[:, c] < 0.0) | (probe[:, c] >= 1.0)
             np.clip(probe, 0.0, 1.0, out=probe)
-            hit = np.searchsorted(sorted_starts, partition.leaf_codes(probe, max_depth), "right")
+            codes = partition.leaf_codes(probe, max_depth, lead)
+            hit = np.searchsorted(sorted_starts, codes, "right")
             side.append(np.where(outside, density, density[order[hit - 1]]))
         slopes[:, c] = placement.relative_slope(side[0], density, side[1])
     return slopes
@@ -526,15 +542,25 @@ def placer(leaves: np.ndarray, levels: np.ndarray, sizes: np.ndarray, pt: PrivTr
     random order; `Output` calls it once, or once per batch of (leaves, sizes).
 
     Only the first min(d, D) coordinates can be halved above depth D (level j halves coordinate
-    j - 1 when j <= d): boxes and slopes are computed on those (the same geometry as on all d),
-    and the other columns, which every leaf spans, are uniform on [0, 1] (`uniform_columns`).
+    j - 1 when j <= d; with lead columns, those and the first D - sum(lead) others): boxes and
+    slopes are computed on those (the same geometry as on all d), and the other columns, which
+    every leaf spans, are uniform on [0, 1] (`uniform_columns`).
     """
-    cut = min(pt.d, pt.max_depth)
-    lower, width = leaf_boxes(leaves, levels, cut)
-    slopes = leaf_slopes(leaves, levels, sizes, lower, width, pt.max_depth)
+    lead = pt.lead
+    cut = len(lead) + min(pt.d - len(lead), max(pt.max_depth - sum(lead), 0))
+    lower, width = leaf_boxes(leaves, levels, cut, lead)
+    slopes = leaf_slopes(leaves, levels, sizes, lower, width, pt.max_depth, lead)
+    # With level columns split first, a numeric side wider than the finest draws from that
+    # column's pooled released density (`placement.Pooled`).
+    pooled = {
+        c: placement.Pooled.of(lower[:, c], width[:, c], sizes)
+        for c in range(len(lead), cut)
+        if lead
+    }
 
     def place(cells: np.ndarray, counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        points = placement.place_in_boxes(lower[cells], width[cells], slopes[cells], counts, rng)
+        box = (lower[cells], width[cells], slopes[cells])
+        points = placement.place_in_boxes(*box, counts, rng, pooled)
         return placement.uniform_columns(placement.shuffled(points, rng), pt.d, rng)
 
     return place
@@ -553,7 +579,7 @@ def run(
 ) -> MechanismRun:
     """Plan from public quantities, release (T, noisy leaf counts), place points."""
     X = as_rows(X)
-    pt = plan(noisy_rows, epsilon, X.d, relation)
+    pt = plan(noisy_rows, epsilon, X.d, relation, lead=X.lead)
     rel = release(X, pt, source, ledger)
     sizes = leaf_sizes(rel, pt, rng, rows)
     if rows is None:  # the sum of the noisy leaf counts is unbiased for n (a partition)
