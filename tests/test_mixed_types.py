@@ -9,6 +9,7 @@ and the stated mixed metric is within min(2t, t + 1/(2L)) of the cube distance t
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -453,3 +454,58 @@ def test_binary_columns_are_refused_and_bad_utf8_is_one_line(runner, tmp_path, m
     lines = [line for line in result.output.splitlines() if "error" in line]
     assert result.exit_code == 1 and len(lines) == 1 and "not valid UTF-8" in lines[0], lines
     assert not Path("bad.parquet.report.json").exists()
+
+
+@pytest.mark.parametrize("L", [1, 2, 3, 5, 7, 8, 9])
+def test_levels_sit_in_their_own_slots(L):
+    """A category with L levels on P = 2^ceil(log2 L) slots: every level comes back as itself
+    from the centre of its first slot, every slot decodes to a level, each level owns one or two
+    slots, and ceil(log2 L) halvings separate them (the lead bits)."""
+    levels = tuple(f"l{i}" for i in range(L))
+    spec = ColumnSpec("c", "category", 0.0, float(L - 1), levels=levels)
+    domain = Domain((spec,))
+    P = domain.slots(0)
+    assert P == 1 << math.ceil(math.log2(L)) and domain.lead_bits() == (P.bit_length() - 1,)
+    codes = np.arange(L, dtype=float)[:, None]
+    unit = domain.to_unit(codes)
+    back = value_matrix(domain.from_unit(unit), [spec])
+    assert np.array_equal(back, codes)
+    slot_centres = (np.arange(P) + 0.5)[:, None] / P
+    owner = value_matrix(domain.from_unit(slot_centres), [spec])[:, 0]
+    assert np.array_equal(np.unique(owner), np.arange(L))
+    assert set(np.bincount(owner.astype(int)).tolist()) <= {1, 2}
+    assert np.array_equal(owner[np.floor(unit[:, 0] * P).astype(int)], codes[:, 0])
+
+
+def zipf_levels_table(n: int, columns: int, L: int, seed: int) -> tuple[pa.Table, list]:
+    rng = np.random.default_rng(seed)
+    shares = 1 / np.arange(1, L + 1)
+    shares /= shares.sum()
+    levels = tuple(f"v{i}" for i in range(L))
+    data, specs = {}, []
+    for k in range(columns):
+        codes = rng.choice(L, n, p=shares[rng.permutation(L)])
+        data[f"c{k}"] = pa.array(np.array(levels)[codes])
+        specs.append(ColumnSpec(f"c{k}", "category", 0.0, float(L - 1), levels=levels))
+    data["x"] = pa.array(rng.beta(2, 5, n) + codes / L)  # depends on the last category
+    specs.append(ColumnSpec("x", "float", 0.0, 2.0))
+    return pa.table(data), specs
+
+
+@pytest.mark.parametrize("levels_first", [True, False])
+def test_levels_first_keeps_every_level_share(monkeypatch, levels_first):
+    """Four 16-level categories and a float, 20,000 rows, eps 1: with the levels split first
+    the mean TVD of the categories is below 0.05 (measured 0.012-0.02 over seeds); the cube
+    embedding without the lead bits (the previous release) spreads unsplit cells over all 16
+    levels and misses it (measured 0.25), so the test can fail."""
+    from dpsynth_cli.evaluate.categorical import categorical_columns
+    from dpsynth_cli.privacy.noise import RandomSource
+    from dpsynth_cli.synth import SynthOptions, synthesize
+
+    if not levels_first:
+        monkeypatch.setattr(Domain, "lead_bits", lambda self: ())
+    table, specs = zipf_levels_table(20000, 4, 16, seed=5)
+    result = synthesize(table, specs, SynthOptions(epsilon=1.0), RandomSource.seeded(6))
+    tvd = categorical_columns(value_matrix(table, specs), value_matrix(result.table, specs), specs)
+    mean = np.mean([v["tvd"] for v in tvd.values()])
+    assert (mean < 0.05) == levels_first, mean

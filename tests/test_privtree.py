@@ -35,7 +35,7 @@ import numpy as np
 import pytest
 
 from dpsynth_cli.engine.rows import as_rows
-from dpsynth_cli.mechanisms import partition, pmm, privtree
+from dpsynth_cli.mechanisms import marginals, partition, pmm, privtree
 from dpsynth_cli.privacy import noise
 from dpsynth_cli.privacy.ledger import Ledger
 from tests.audit import AuditResult, audit
@@ -618,3 +618,46 @@ def test_clustered_table_beats_grid_and_pmm_by_a_wide_margin():
     mean = {k: float(np.mean(v)) for k, v in totals.items()}
     print(f"\n[privtree] clustered 2-D n=2000 eps=1 mean W1: {mean}")
     assert mean["privtree"] < 0.6 * min(mean["grid"], mean["pmm"])
+
+
+@pytest.mark.parametrize("relation", ["add-remove", "replace"])
+def test_level_columns_spend_the_marginals_share_and_split_first(relation):
+    """With lead columns: structure + counts on eps - eps_M, the one-column histograms on eps_M
+    (ledger total exactly eps; a tree left on the whole eps would overspend and be refused), and
+    the release keeps the level column's two slots apart (its share within noise)."""
+    rng = np.random.default_rng(8)
+    X = np.column_stack([np.where(rng.random(4000) < 0.2, 0.25, 0.75), rng.beta(2, 5, 4000)])
+    rows = dataclasses.replace(as_rows(X), lead=(1,))
+    ledger = Ledger(Fraction(1), relation)
+    src = noise.RandomSource.seeded(2)
+    out = privtree.run(
+        rows,
+        epsilon=Fraction(1),
+        noisy_rows=4000,
+        relation=relation,
+        source=src.spawn("m"),
+        ledger=ledger,
+        rng=src.spawn("post").numpy_generator(),
+        rows=None,
+    )
+    steps = [s.step for s in ledger.spends]
+    assert steps == ["privtree-structure", "privtree-counts", "privtree-marginals"]
+    assert ledger.spent == Fraction(1)
+    assert ledger.spends[2].epsilon == marginals.share(Fraction(1))
+    assert out.description["marginals"]["cells_per_column"][0] == 2
+    points = next(out.output.batches())
+    assert abs((points[:, 0] < 0.5).mean() - 0.2) < 0.03
+
+
+def test_column_histograms_change_by_one_cell_per_column():
+    """Sensitivity of the marginals (module docstring): one added row moves exactly one count
+    of each column's histogram by 1, whatever the row (corners and faces included)."""
+    rng = np.random.default_rng(9)
+    X = rng.random((500, 3))
+    for row in [rng.random(3), np.zeros(3), np.ones(3), np.array([0.5, 1.0, 0.0])]:
+        a, b = marginals.ColumnHistograms((2, 5, 1)), marginals.ColumnHistograms((2, 5, 1))
+        a.add(X)
+        b.add(np.vstack([X, row]))
+        for ca, cb in zip(a.counts, b.counts, strict=True):
+            diff = cb - ca
+            assert diff.sum() == 1 and np.abs(diff).sum() == 1

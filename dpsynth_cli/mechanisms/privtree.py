@@ -105,7 +105,7 @@ from typing import Any
 import numpy as np
 
 from dpsynth_cli.engine.rows import Rows, as_rows
-from dpsynth_cli.mechanisms import partition, placement
+from dpsynth_cli.mechanisms import marginals, partition, placement
 from dpsynth_cli.mechanisms.base import (
     MechanismRun,
     Output,
@@ -537,30 +537,34 @@ def place_points(
     return placer(leaves, levels, sizes, pt)(np.arange(sizes.size), sizes, rng)
 
 
-def placer(leaves: np.ndarray, levels: np.ndarray, sizes: np.ndarray, pt: PrivTreePlan) -> Place:
-    """How points go into the leaves (final `sizes`): a linear density per leaf (`placement`),
-    random order; `Output` calls it once, or once per batch of (leaves, sizes).
-
-    Only the first min(d, D) coordinates can be halved above depth D (level j halves coordinate
-    j - 1 when j <= d; with lead columns, those and the first D - sum(lead) others): boxes and
-    slopes are computed on those (the same geometry as on all d), and the other columns, which
-    every leaf spans, are uniform on [0, 1] (`uniform_columns`).
-    """
+def splittable(pt: PrivTreePlan) -> int:
+    """How many leading columns the tree can halve: min(d, D), or with lead columns those and
+    the first D - sum(lead) others (the rest are uniform in every leaf)."""
     lead = pt.lead
-    cut = len(lead) + min(pt.d - len(lead), max(pt.max_depth - sum(lead), 0))
-    lower, width = leaf_boxes(leaves, levels, cut, lead)
-    slopes = leaf_slopes(leaves, levels, sizes, lower, width, pt.max_depth, lead)
-    # With level columns split first, a numeric side wider than the finest draws from that
-    # column's pooled released density (`placement.Pooled`).
-    pooled = {
-        c: placement.Pooled.of(lower[:, c], width[:, c], sizes)
-        for c in range(len(lead), cut)
-        if lead
-    }
+    return len(lead) + min(pt.d - len(lead), max(pt.max_depth - sum(lead), 0))
+
+
+def placer(
+    leaves: np.ndarray,
+    levels: np.ndarray,
+    sizes: np.ndarray,
+    pt: PrivTreePlan,
+    shapes: dict[int, placement.Pooled] | None = None,
+) -> Place:
+    """How points go into the leaves (final `sizes`): a linear density per leaf (`placement`),
+    random order; `Output` calls it once, or once per batch of (leaves, sizes). `shapes`: per
+    column, the density a side wider than its cells draws from (`marginals`).
+
+    Boxes and slopes are computed on the `splittable` columns (the same geometry as on all d),
+    and the other columns, which every leaf spans, are uniform on [0, 1] (`uniform_columns`).
+    """
+    cut = splittable(pt)
+    lower, width = leaf_boxes(leaves, levels, cut, pt.lead)
+    slopes = leaf_slopes(leaves, levels, sizes, lower, width, pt.max_depth, pt.lead)
 
     def place(cells: np.ndarray, counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         box = (lower[cells], width[cells], slopes[cells])
-        points = placement.place_in_boxes(*box, counts, rng, pooled)
+        points = placement.place_in_boxes(*box, counts, rng, shapes)
         return placement.uniform_columns(placement.shuffled(points, rng), pt.d, rng)
 
     return place
@@ -577,9 +581,12 @@ def run(
     rng: np.random.Generator,
     rows: int | None,
 ) -> MechanismRun:
-    """Plan from public quantities, release (T, noisy leaf counts), place points."""
+    """Plan from public quantities, release (T, noisy leaf counts), place points. With level
+    columns (`X.lead`), `marginals.SHARE` of epsilon first measures the splittable columns'
+    histograms, which shape the wide leaves; the tree runs on the rest."""
     X = as_rows(X)
-    pt = plan(noisy_rows, epsilon, X.d, relation, lead=X.lead)
+    shares = marginals.share(epsilon) if X.lead else Fraction(0)
+    pt = plan(noisy_rows, epsilon - shares, X.d, relation, lead=X.lead)
     rel = release(X, pt, source, ledger)
     sizes = leaf_sizes(rel, pt, rng, rows)
     if rows is None:  # the sum of the noisy leaf counts is unbiased for n (a partition)
@@ -587,8 +594,14 @@ def run(
         sizes = settle_total(sizes, float(rel.noisy_counts.sum()), sd, rng)
     sizes = fill_empty(sizes, rows, noisy_rows, rng, np.exp2(-rel.levels.astype(np.float64)))
     description = pt.to_json() | {"leaf_cells": int(rel.leaves.size)}
+    shapes = None
+    if X.lead:
+        mp = marginals.plan(shares, X.lead, splittable(pt), noisy_rows, relation)
+        shapes = marginals.release(X, mp, source, ledger)
+        description["marginals"] = mp.to_json()
+    place = placer(rel.leaves, rel.levels, sizes, pt, shapes)
     return MechanismRun(
-        output=Output(sizes, placer(rel.leaves, rel.levels, sizes, pt), copy.deepcopy(rng), pt.d),
+        output=Output(sizes, place, copy.deepcopy(rng), pt.d),
         description=description,
         guarantee="none a-priori: the PrivTree partition is data dependent and no W1 bound is "
         "proved for it (accuracy is measured, not guaranteed)",
