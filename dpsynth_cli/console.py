@@ -136,6 +136,9 @@ def print_evaluation(result: dict[str, Any]) -> None:
     rows = result["rows"]
     out.print(f"rows: real {rows['real']}, synthetic {rows['synthetic']}")
     out.print("W1 on the unit cube (L-infinity): " + _describe_w1(w1))
+    if "w1_mixed_metric" in result:
+        mixed = _describe_w1(result["w1_mixed_metric"])
+        out.print("W1 in the mixed metric (levels at distance 1): " + mixed)
     if "streamed" in result:
         out.print(
             "from streamed statistics (more rows than the samples hold): a column's W1 is the "

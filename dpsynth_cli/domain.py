@@ -559,6 +559,21 @@ class Domain:
         unit[:, self.cube_order] = points
         return unit
 
+    def to_mixed(self, values: np.ndarray) -> np.ndarray:
+        """An isometric embedding of the mixed metric into L-infinity: each level column as its
+        L one-hot coordinates (distance exactly 1 between levels), the others as in `to_unit`.
+        For evaluate's joint W1 in the metric (wider than the cube: sum of L)."""
+        unit = self.to_unit(values)
+        parts = []
+        for j in range(len(self.columns)):
+            if j in self.level_columns:
+                size = self.levels(j)
+                code = np.clip(np.floor(unit[:, j] * self.slots(j)), 0, self.slots(j) - 1)
+                parts.append(np.eye(size)[code.astype(np.int64) * size // self.slots(j)])
+            else:
+                parts.append(unit[:, j : j + 1])
+        return np.hstack(parts) if parts else unit
+
     def _interval(self) -> tuple[np.ndarray, np.ndarray]:
         pad = np.array([0.5 if c.kind in DISCRETE else 0.0 for c in self.columns])
         lo = np.array([c.lower for c in self.columns], dtype=np.float64)

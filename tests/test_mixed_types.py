@@ -366,6 +366,8 @@ def test_evaluate_reports_tvd_for_levels_and_the_mixed_metric(runner, tmp_path, 
     assert result["NOT_DIFFERENTIALLY_PRIVATE"] is True
     assert 0 <= result["per_column"]["ward"]["tvd"] <= 1
     assert "rho(x, y)" in result["mixed_metric"]["definition"]
+    mixed = result["w1_mixed_metric"]  # one-hot levels: at least the worst level's TVD
+    assert mixed["exact"] >= max(result["per_column"][c]["tvd"] for c in cat) - 1e-12
 
 
 def test_pca_and_online_replay_read_numbers_only(runner, tmp_path, monkeypatch):
@@ -475,6 +477,24 @@ def test_levels_sit_in_their_own_slots(L):
     assert np.array_equal(np.unique(owner), np.arange(L))
     assert set(np.bincount(owner.astype(int)).tolist()) <= {1, 2}
     assert np.array_equal(owner[np.floor(unit[:, 0] * P).astype(int)], codes[:, 0])
+
+
+def test_the_mixed_embedding_is_an_isometry(tmp_path):
+    """to_mixed under L-infinity is the mixed metric: 1 between different levels, |i - j| / L
+    for integer codes, the scaled difference for numbers (max over columns)."""
+    specs = specs_of(SCHEMA, tmp_path)
+    domain = Domain(tuple(specs))
+    X = value_matrix(csv_table(CSV), specs)
+    E, U = domain.to_mixed(X), domain.to_unit(X)
+    levels = list(domain.level_columns)
+    others = [j for j in range(len(specs)) if j not in levels]
+    for a in range(len(X)):
+        for b in range(len(X)):
+            expected = max(
+                float((X[a, levels] != X[b, levels]).any()),
+                np.abs(U[a, others] - U[b, others]).max(),
+            )
+            assert np.abs(E[a] - E[b]).max() == pytest.approx(expected)
 
 
 def zipf_levels_table(n: int, columns: int, L: int, seed: int) -> tuple[pa.Table, list]:

@@ -223,6 +223,16 @@ def evaluate(
     return Evaluation(report, X, Y, not complete)
 
 
+def _mixed_w1(
+    domain: Domain, X: np.ndarray, Y: np.ndarray, rng: np.random.Generator
+) -> dict[str, Any]:
+    """The joint W1 in the mixed metric (levels at distance 1), for tables with boolean or
+    category columns: on the rows, or on the uniform samples when the tables were streamed."""
+    if not domain.level_columns:
+        return {}
+    return {"w1_mixed_metric": w1_summary(domain.to_mixed(X), domain.to_mixed(Y), rng=rng)}
+
+
 def _from_rows(
     X: np.ndarray, Y: np.ndarray, specs: list[ColumnSpec], rng: np.random.Generator
 ) -> dict[str, Any]:
@@ -234,6 +244,7 @@ def _from_rows(
         "w1_unit_cube": w1_summary(domain.to_unit(X), domain.to_unit(Y), rng=rng),
         "metric": METRIC,
         "mixed_metric": domain.metric(),
+        **_mixed_w1(domain, X, Y, rng),
         "per_column": _with_levels(
             per_column(np.clip(X, lo, hi), np.clip(Y, lo, hi), specs),
             categorical_columns(X, Y, specs),
@@ -281,6 +292,7 @@ def _from_statistics(
         "w1_unit_cube": w1,
         "metric": METRIC,
         "mixed_metric": domain.metric(),
+        **_mixed_w1(domain, X, Y, rng),
         # level shares and TVD of boolean / category columns from the uniform samples
         "per_column": _with_levels(_floats(columns), categorical_columns(X, Y, specs)),
         "correlation": (

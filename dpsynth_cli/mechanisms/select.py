@@ -24,7 +24,8 @@ Level columns (boolean, category: `Rows.lead`, public from the schema): privtree
 Only privtree and pmm split them first (`partition`); the grids would spread each cell's points
 over all levels of a column, and on the mixed tables of docs/benchmarks.md ("Mixed tables")
 privtree with levels first beat hierarchy at every eps (penguins at eps 0.5 and 1, where
-eps n < 400, joint W1 in the mixed metric 0.43 / 0.35 against 0.62 / 0.62).
+eps n < 400: joint W1 in the mixed metric 0.43 / 0.35 against hierarchy's 0.62 / 0.62, before
+the marginals share, which lowered privtree's to 0.45 / 0.32).
 
 Any d runs (tests/test_mechanisms_highdim.py goes to 10,000 columns); the rule was not measured
 beyond d = 5. In high dimensions both candidates cut only some columns, uniform on the others:
