@@ -248,6 +248,10 @@ def output_array(codes: np.ndarray, missing: np.ndarray, spec) -> pa.Array:
     return pa.array(safe, pa.int64(), mask=mask)
 
 
-def datetime_array(seconds: np.ndarray, tz: str | None) -> pa.Array:
-    """Seconds since the epoch as a timestamp[s] column in the column's time zone."""
-    return pa.array(np.round(seconds).astype(np.int64), pa.timestamp("s", tz))
+def datetime_array(
+    seconds: np.ndarray, tz: str | None, missing: np.ndarray | None = None
+) -> pa.Array:
+    """Seconds since the epoch as a timestamp[s] column in the column's time zone (null where
+    `missing`)."""
+    mask = missing if missing is not None and missing.any() else None
+    return pa.array(np.round(seconds).astype(np.int64), pa.timestamp("s", tz), mask=mask)

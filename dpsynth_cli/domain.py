@@ -17,7 +17,7 @@ Schema file (JSON), every key but "columns" optional:
 
 "type" is "float", "integer", "boolean", "category" (with its public "levels" and an optional
 "other" level for undeclared values), "date" or "datetime" (ISO "lower"/"upper", optional
-"timezone"); "nullable": true makes missing a level of its own (discrete kinds). Cells of these
+"timezone"); "nullable": true makes missing a level of its own (any kind). Cells of these
 types are read by `coltypes` (docs/privacy.md, "Mixed tables"). Without a type a Parquet column's
 declared type decides, and a CSV column (whose text declares no type) is "float" unless
 `--integer` names it. A column listed
@@ -44,14 +44,17 @@ KINDS = ("float", "integer", "boolean", "category", "date", "datetime")
 # Kinds whose values are whole codes (integers, levels, days): each owns an equal-width bin of the
 # unit interval, and a nullable one has "missing" as one more code past the upper one.
 DISCRETE = ("integer", "boolean", "category", "date")
-NULLABLE = DISCRETE
+NULLABLE = KINDS
+# Continuous kinds: a nullable one gets a hidden "missing" level column in the mechanisms' cube.
+CONTINUOUS = ("float", "datetime")
 # Kinds whose codes are levels, not numbers: the discrete metric, and top-level splits.
 LEVEL_KINDS = ("boolean", "category")
 METRIC_TEXT = (
     "rho(x, y) = max over columns: a boolean or category column contributes 1 if the levels "
     "differ ('missing' is a level if nullable), else 0 (the discrete metric); a float or "
-    "datetime column its difference divided by its public range; an integer or date column "
-    "with L codes (then 'missing' if nullable) |i - j| / L"
+    "datetime column its difference divided by its public range, and 1 between missing and a "
+    "value if nullable; an integer or date column with L codes (then 'missing' if nullable) "
+    "|i - j| / L"
 )
 DRAFT_HINT = "`dpsynth schema draft INPUT > schema.json` writes a schema to fill in"
 # Float outputs are rounded to this fraction of the column's public range: far below the error of
@@ -71,7 +74,7 @@ class ColumnSpec:
     kind_source: str = "schema"
     levels: tuple[str, ...] | None = None  # category: the declared levels, in order
     other: str | None = None  # category: the level an undeclared value maps to
-    nullable: bool = False  # missing is a level of its own (discrete kinds)
+    nullable: bool = False  # missing is a level of its own
     timezone: str | None = None  # datetime: the zone of naive cells and of the output
 
     @property
@@ -80,8 +83,13 @@ class ColumnSpec:
 
     @property
     def code_upper(self) -> float:
-        """The largest code: `upper`, or one past it (missing) for a nullable column."""
-        return self.upper + 1 if self.nullable else self.upper
+        """The largest code: `upper`, or past it (missing) for a nullable column: one past for
+        whole codes, one range width past (at least 1) for a continuous column."""
+        if not self.nullable:
+            return self.upper
+        if self.kind in CONTINUOUS:
+            return self.upper + max(self.upper - self.lower, 1.0)
+        return self.upper + 1
 
     def to_json(self) -> dict:
         out = {
@@ -173,7 +181,9 @@ def schema_column(path: str, name: str, spec: object) -> ColumnSpec:
             raise UsageError(f"--schema {path}: bounds of column '{name}' must be numbers")
         lower, upper = check_bounds(name, lower, upper, f"--schema {path}")
     elif nullable:
-        raise UsageError(f"{where}: a nullable integer column needs declared 'lower' and 'upper'")
+        raise UsageError(
+            f"{where}: a nullable {kind or 'float'} column needs declared 'lower' and 'upper'"
+        )
     return ColumnSpec(name, kind, lower, upper, nullable=nullable)
 
 
@@ -475,7 +485,9 @@ def column_codes(column: pa.ChunkedArray, spec: ColumnSpec) -> np.ndarray:
         codes = coltypes.datetime_codes(column, spec.timezone)
     else:
         codes = column_values(column)
-    if spec.nullable:  # values clamped first: one past the upper code is the missing level
+    if spec.nullable and spec.kind in CONTINUOUS:  # values clamped, missing past the upper one
+        codes = np.where(np.isnan(codes), spec.code_upper, np.clip(codes, spec.lower, spec.upper))
+    elif spec.nullable:  # values clamped first: one past the upper code is the missing level
         clamped = np.clip(codes, math.ceil(spec.lower), math.floor(spec.upper))
         codes = np.where(np.isnan(codes), math.floor(spec.code_upper), clamped)
     return codes
@@ -538,25 +550,47 @@ class Domain:
         return 1 << max(self.levels(j) - 1, 0).bit_length()
 
     def lead_bits(self) -> tuple[int, ...]:
-        """log2 of the slots of each level column: the bits a partition splits first."""
-        return tuple(self.slots(j).bit_length() - 1 for j in self.level_columns)
+        """The bits a partition splits first (`to_cube`'s first columns): log2 of the slots of
+        each level column, then 1 for each missing flag."""
+        levels = tuple(self.slots(j).bit_length() - 1 for j in self.level_columns)
+        return levels + (1,) * len(self.nullable_continuous)
 
     @property
-    def cube_order(self) -> np.ndarray:
-        """Column order of the mechanisms' cube: level columns first, the partitions' top-level
-        splits (`partition`, "Level columns first"); the others in their order."""
-        lead = self.level_columns
-        rest = [j for j in range(len(self.columns)) if j not in lead]
-        return np.array([*lead, *rest], dtype=np.int64)
+    def nullable_continuous(self) -> tuple[int, ...]:
+        """Nullable float and datetime columns: each has a hidden missing flag in the cube."""
+        return tuple(j for j, c in enumerate(self.columns) if c.kind in CONTINUOUS and c.nullable)
+
+    @property
+    def cube_dim(self) -> int:
+        return len(self.columns) + len(self.nullable_continuous)
+
+    @property
+    def _others(self) -> list[int]:
+        return [j for j in range(len(self.columns)) if j not in self.level_columns]
 
     def to_cube(self, values: np.ndarray) -> np.ndarray:
-        """`to_unit`, columns in `cube_order`: what mechanisms read."""
-        return self.to_unit(values)[:, self.cube_order]
+        """The mechanisms' cube (`cube_dim` columns): the level columns, then a missing flag
+        (a two-slot level column: 1/4 a value, 3/4 missing) per nullable float or datetime
+        column, all split first (`partition`, "Level columns first"), then the other columns
+        in their order, a missing value at 0 (a public constant)."""
+        unit = self.to_unit(values)
+        flags = []
+        for j in self.nullable_continuous:
+            missing = values[:, j] > self.columns[j].upper
+            flags.append(np.where(missing, 0.75, 0.25))
+            unit[:, j] = np.where(missing, 0.0, unit[:, j])
+        flags = [np.column_stack(flags)] if flags else []
+        return np.hstack([unit[:, list(self.level_columns)], *flags, unit[:, self._others]])
 
     def cube_to_unit(self, points: np.ndarray) -> np.ndarray:
-        """Points of the mechanisms' cube back in the table's column order (`from_unit`'s)."""
-        unit = np.empty_like(points)
-        unit[:, self.cube_order] = points
+        """Points of the mechanisms' cube back in the table's columns (`from_unit`'s); a
+        flagged missing value is NaN."""
+        m, f = len(self.level_columns), len(self.nullable_continuous)
+        unit = np.empty((points.shape[0], len(self.columns)))
+        unit[:, list(self.level_columns)] = points[:, :m]
+        unit[:, self._others] = points[:, m + f :]
+        for k, j in enumerate(self.nullable_continuous):
+            unit[points[:, m + k] >= 0.5, j] = np.nan
         return unit
 
     def to_mixed(self, values: np.ndarray) -> np.ndarray:
@@ -566,7 +600,10 @@ class Domain:
         unit = self.to_unit(values)
         parts = []
         for j in range(len(self.columns)):
-            if j in self.level_columns:
+            if j in self.nullable_continuous:  # the value (missing at 0) and a missing flag
+                missing = values[:, j] > self.columns[j].upper
+                parts.append(np.column_stack([np.where(missing, 0.0, unit[:, j]), missing]))
+            elif j in self.level_columns:
                 size = self.levels(j)
                 code = np.clip(np.floor(unit[:, j] * self.slots(j)), 0, self.slots(j) - 1)
                 parts.append(np.eye(size)[code.astype(np.int64) * size // self.slots(j)])
@@ -577,7 +614,10 @@ class Domain:
     def _interval(self) -> tuple[np.ndarray, np.ndarray]:
         pad = np.array([0.5 if c.kind in DISCRETE else 0.0 for c in self.columns])
         lo = np.array([c.lower for c in self.columns], dtype=np.float64)
-        hi = np.array([c.code_upper for c in self.columns], dtype=np.float64)
+        hi = np.array(
+            [c.upper if c.kind in CONTINUOUS else c.code_upper for c in self.columns],
+            dtype=np.float64,
+        )
         lo = np.where(pad > 0, np.ceil(lo), lo) - pad
         hi = np.where(pad > 0, np.floor(hi), hi) + pad
         return lo, hi - lo
@@ -588,7 +628,9 @@ class Domain:
         return self._interval()[1]
 
     def to_unit(self, values: np.ndarray) -> np.ndarray:
-        """Rescale with the public bounds and clamp onto [0,1] (handles +-inf and huge values)."""
+        """Rescale with the public bounds and clamp onto [0,1] (handles +-inf and huge values).
+        A missing value of a nullable float or datetime column lands on 1 with the upper bound
+        here; `to_cube` and `to_mixed` keep it apart."""
         lo, width = self._interval()
         with np.errstate(over="ignore", invalid="ignore"):
             unit = values - lo
@@ -655,9 +697,11 @@ class Domain:
                     missing = col.nullable & (ints == top)
                     arrays[col.name] = coltypes.output_array(ints, missing, col)
             elif col.kind == "datetime":
-                seconds = np.clip(values[:, j], col.lower, col.upper)
-                arrays[col.name] = coltypes.datetime_array(seconds, col.timezone)
+                missing = np.isnan(values[:, j])  # flagged missing (`cube_to_unit`)
+                seconds = np.clip(np.where(missing, col.lower, values[:, j]), col.lower, col.upper)
+                arrays[col.name] = coltypes.datetime_array(seconds, col.timezone, missing)
             else:
-                rounded = np.round(values[:, j], decimals[col.name])
-                arrays[col.name] = pa.array(np.clip(rounded, col.lower, col.upper))
+                rounded = np.clip(np.round(values[:, j], decimals[col.name]), col.lower, col.upper)
+                missing = np.isnan(rounded)
+                arrays[col.name] = pa.array(rounded, mask=missing if missing.any() else None)
         return pa.table(arrays)

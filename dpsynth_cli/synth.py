@@ -206,8 +206,7 @@ class CountAndBounds:
     def __post_init__(self) -> None:
         self.fine = {j: histograms(np.empty(0)) for j in self.columns}
         if self.domain is not None:
-            d = len(self.domain.columns)
-            self.tree = privtree.FirstHistogram(d, self.domain.lead_bits())
+            self.tree = privtree.FirstHistogram(self.domain.cube_dim, self.domain.lead_bits())
 
     def add(self, X: np.ndarray) -> None:
         self.n += X.shape[0]
@@ -249,7 +248,7 @@ def synthesize(
     domain = Domain(tuple(specs))
     # The mechanisms' cube: level columns first, split first (`partition`); mapped back below.
     lead = domain.lead_bits()
-    X = replace(raw.map(domain.to_cube, len(specs)), ahead=first.tree, lead=lead)
+    X = replace(raw.map(domain.to_cube, domain.cube_dim), ahead=first.tree, lead=lead)
     n_hat = noisy_count(first.n, budget.count, source.spawn("count"), ledger)
     call = {
         "epsilon": budget.mechanism,
@@ -267,6 +266,7 @@ def synthesize(
     if lead:
         run = replace(run, output=run.output.map(domain.cube_to_unit, len(specs)))
     sample = next(run.output.batches(SIGNAL_ROWS))  # all points when they fit
+    sample = np.where(np.isnan(sample), 1.0, sample)  # a missing value where `to_unit` puts it
     signal, signal_notices = signal_block(sample, [s.name for s in specs], run.w1_bound)
     notices += weak_guarantee_notice(options.epsilon) + signal_notices
     result = SynthResult(domain, budget, ledger, run, n_hat, signal, notices=notices)

@@ -185,7 +185,8 @@ def test_parquet_types_are_declarations(tmp_path):
             {"type": "datetime", "lower": "2020-01-01", "upper": "2021-01-01", "timezone": "Mars"},
             "unknown time zone 'Mars'",
         ),
-        ({"type": "float", "nullable": True}, "'nullable' is supported for integer"),
+        ({"type": "float", "nullable": True}, "nullable float column needs declared"),
+        ({"nullable": True}, "'nullable' is supported for float, integer"),
         ({"type": "integer", "nullable": True}, "nullable integer column needs declared"),
         ({"type": "text"}, "type must be one of float, integer, boolean, category"),
         ({"type": "FILL IN: float|integer"}, "'type' still says FILL IN"),
@@ -529,3 +530,40 @@ def test_levels_first_keeps_every_level_share(monkeypatch, levels_first):
     tvd = categorical_columns(value_matrix(table, specs), value_matrix(result.table, specs), specs)
     mean = np.mean([v["tvd"] for v in tvd.values()])
     assert (mean < 0.05) == levels_first, mean
+
+
+def test_nullable_float_and_datetime_keep_missing_as_a_level(tmp_path):
+    """A nullable float or datetime column: missing is its own level, a two-slot flag split
+    first in the mechanisms' cube (value at 0 when missing); cube -> table keeps values and
+    missing cells; the mixed embedding puts missing at distance 1 from every value."""
+    schema = {
+        "columns": {
+            "w": {"type": "float", "lower": 0, "upper": 10, "nullable": True},
+            "c": {"type": "category", "levels": ["a", "b", "c"]},
+            "t": {
+                "type": "datetime",
+                "lower": "2021-01-01T00:00:00Z",
+                "upper": "2021-12-31T00:00:00Z",
+                "nullable": True,
+            },
+        }
+    }
+    text = "w,c,t\n2.5,a,2021-03-01T00:00:00Z\n,b,2021-06-01T12:00:00Z\n99,c,\n"
+    text += "x,a,2021-01-01T00:00:00Z\n"
+    specs = specs_of(schema, tmp_path)
+    domain = Domain(tuple(specs))
+    X = value_matrix(csv_table(text), specs)
+    assert X.shape == (4, 3)  # no row dropped: missing (and "x") is a level of its own
+    assert domain.cube_dim == 5 and domain.lead_bits() == (2, 1, 1)
+    cube = domain.to_cube(X)
+    assert cube[:, 1].tolist() == [0.25, 0.75, 0.25, 0.75]  # w's flag
+    assert cube[:, 2].tolist() == [0.25, 0.25, 0.75, 0.25]  # t's flag
+    assert cube[1, 3] == 0.0 and cube[2, 4] == 0.0  # a missing value sits at 0
+    out = domain.from_unit(domain.cube_to_unit(cube))
+    assert out.column("w").to_pylist() == [2.5, None, 10.0, None]
+    assert out.column("c").to_pylist() == ["a", "b", "c", "a"]
+    times = out.column("t").to_pylist()
+    assert times[2] is None and times[1].month == 6 and times[0].month == 3
+    E = domain.to_mixed(X)
+    assert np.abs(E[0] - E[1]).max() == 1.0  # a value and a missing one
+    assert np.abs(E[1] - E[3]).max() == pytest.approx(1.0)  # levels a, b

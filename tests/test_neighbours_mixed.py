@@ -29,6 +29,7 @@ SCHEMA = {
             "lower": "2021-01-01T00:00:00",
             "upper": "2022-01-01T00:00:00",
             "timezone": "Europe/Paris",
+            "nullable": True,  # a hidden missing flag in the cube (issue 15)
         },
     }
 }

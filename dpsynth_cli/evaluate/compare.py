@@ -9,6 +9,7 @@ in passes over record batches (as synth reads them), so memory does not grow wit
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from functools import partial
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from dpsynth_cli.domain import ColumnSpec, Domain, column_values, schema_column
+from dpsynth_cli.domain import CONTINUOUS, ColumnSpec, Domain, column_values, schema_column
 from dpsynth_cli.errors import DataError, UsageError
 from dpsynth_cli.evaluate.categorical import categorical_columns
 from dpsynth_cli.evaluate.stats import TableStats, default_sample_rows
@@ -101,18 +102,30 @@ def fill_bounds_from_data(specs: list[ColumnSpec], *tables: TableData) -> list[C
 
 
 def per_column(real: np.ndarray, synth: np.ndarray, specs: list[ColumnSpec]) -> dict[str, Any]:
-    """1-D W1, mean, standard deviation and quantiles of each column, in original units."""
-    return _floats(
-        {
-            spec.name: _column(
-                w1_1d(r, s),
-                (r.mean(), s.mean()),
-                (r.std(), s.std()),
-                (np.quantile(r, QUANTILES), np.quantile(s, QUANTILES)),
-            )
-            for spec, r, s in zip(specs, real.T, synth.T, strict=True)
-        }
-    )
+    """1-D W1, mean, standard deviation and quantiles of each column, in original units, values
+    clamped onto the bounds; for a nullable float or datetime column, of its present values,
+    with each table's share of missing ones."""
+    out = {}
+    for spec, r, s in zip(specs, real.T, synth.T, strict=True):
+        extra = {}
+        if spec.nullable and spec.kind in CONTINUOUS:
+            r_miss, s_miss = r > spec.upper, s > spec.upper
+            extra = {"missing": _pair(r_miss.mean(), s_miss.mean())}
+            r, s = r[~r_miss], s[~s_miss]
+        if spec.has_bounds:
+            r, s = np.clip(r, spec.lower, spec.upper), np.clip(s, spec.lower, spec.upper)
+        if r.size == 0 or s.size == 0:  # every value missing in a table
+            nan = (math.nan, math.nan)
+            out[spec.name] = {"w1": None, "mean": _pair(*nan), "std": _pair(*nan), **extra}
+            continue
+        figures = _column(
+            w1_1d(r, s),
+            (r.mean(), s.mean()),
+            (r.std(), s.std()),
+            (np.quantile(r, QUANTILES), np.quantile(s, QUANTILES)),
+        )
+        out[spec.name] = {**figures, **extra}
+    return _floats(out)
 
 
 def _column(
@@ -238,15 +251,13 @@ def _from_rows(
 ) -> dict[str, Any]:
     """Every figure from the tables' rows (in memory)."""
     domain = Domain(tuple(specs))
-    # Clamp onto the bounds in original units too, so per-column figures match the cube.
-    lo, hi = [s.lower for s in specs], [s.upper for s in specs]
     return {
         "w1_unit_cube": w1_summary(domain.to_unit(X), domain.to_unit(Y), rng=rng),
         "metric": METRIC,
         "mixed_metric": domain.metric(),
         **_mixed_w1(domain, X, Y, rng),
         "per_column": _with_levels(
-            per_column(np.clip(X, lo, hi), np.clip(Y, lo, hi), specs),
+            per_column(X, Y, specs),
             categorical_columns(X, Y, specs),
         ),
         "correlation": correlation_gap(X, Y),

@@ -59,8 +59,8 @@ def split_order_text(lead: Lead) -> str:
         return turn
     return (
         f"level columns first: {sum(lead)} levels split the {len(lead)} boolean/category "
-        f"columns into their levels ({', '.join(map(str, lead))} bits each, in turn); then the "
-        "other columns halved in turn"
+        "columns and missing flags of nullable float/datetime columns into their levels "
+        f"({', '.join(map(str, lead))} bits each, in turn); then the other columns halved in turn"
     )
 
 
