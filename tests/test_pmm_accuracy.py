@@ -55,3 +55,41 @@ def test_mean_w1_is_under_theorem_bound_and_falls_at_the_corollary_rate(d):
     # Corollary 3.11: E W1 <~ rate; measured W1/rate varies by < 2x here (0.08-1.4), while a
     # W1 that stopped falling would move it by 100^(1/d) (>= 4.6) or, for d = 1, by ~36.
     assert max(normalised) / min(normalised) < 3
+
+
+def test_pmm_with_level_columns_first_is_within_its_mixed_metric_bound():
+    """PMM on a category (3 levels, 2 lead bits) and a float: Theorem 3.9's bound computed with
+    the mixed metric's diameters (`partition.diameter` with lead) holds for the mean exact W1
+    in that metric (levels at distance 1, `Domain.to_mixed`) over seeds, and the level shares
+    come back (every leaf below level 2 holds one slot, so one level)."""
+    import dataclasses
+
+    from dpsynth_cli.domain import ColumnSpec, Domain, value_matrix
+    from dpsynth_cli.engine.rows import as_rows
+    rng = np.random.default_rng(0)
+    specs = (
+        ColumnSpec("c", "category", 0.0, 2.0, levels=("a", "b", "c")),
+        ColumnSpec("x", "float", 0.0, 1.0),
+    )
+    domain = Domain(specs)
+    codes = np.column_stack([rng.choice(3, 2000, p=[0.6, 0.3, 0.1]), rng.beta(2, 5, 2000)])
+    rows = dataclasses.replace(as_rows(domain.to_cube(codes)), lead=domain.lead_bits())
+    w1s = []
+    for seed in range(3):
+        src = RandomSource.seeded(seed)
+        out = pmm.run(
+            rows,
+            epsilon=Fraction(1),
+            noisy_rows=2000,
+            relation="add-remove",
+            source=src,
+            ledger=Ledger(Fraction(1), "add-remove"),
+            rng=src.spawn("post").numpy_generator(),
+            rows=None,
+        )
+        Y = value_matrix(domain.from_unit(domain.cube_to_unit(next(out.output.batches()))), specs)
+        shares = np.bincount(Y[:, 0].astype(int), minlength=3) / len(Y)
+        assert np.abs(shares - [0.6, 0.3, 0.1]).max() < 0.05
+        w1s.append(w1_exact(domain.to_mixed(codes), domain.to_mixed(Y)))
+    assert "level columns first" in out.description["split_order"]
+    assert np.mean(w1s) <= out.w1_bound
