@@ -568,6 +568,14 @@ class Domain:
     def _others(self) -> list[int]:
         return [j for j in range(len(self.columns)) if j not in self.level_columns]
 
+    def cube_flags(self) -> tuple[tuple[int, int], ...]:
+        """(value column, missing flag column) in the cube of each nullable float/datetime."""
+        m, others = len(self.level_columns), self._others
+        return tuple(
+            (m + len(self.nullable_continuous) + others.index(j), m + k)
+            for k, j in enumerate(self.nullable_continuous)
+        )
+
     def to_cube(self, values: np.ndarray) -> np.ndarray:
         """The mechanisms' cube (`cube_dim` columns): the level columns, then a missing flag
         (a two-slot level column: 1/4 a value, 3/4 missing) per nullable float or datetime
@@ -594,19 +602,22 @@ class Domain:
         return unit
 
     def to_mixed(self, values: np.ndarray) -> np.ndarray:
-        """An isometric embedding of the mixed metric into L-infinity: each level column as its
-        L one-hot coordinates (distance exactly 1 between levels), the others as in `to_unit`.
-        For evaluate's joint W1 in the metric (wider than the cube: sum of L)."""
+        """An isometric embedding of the mixed metric into L-infinity: each level column as the
+        ceil(log2 L) bits of its level (two levels differ in some bit: distance exactly 1), the
+        others as in `to_unit`, a nullable float/datetime as its value (0 if missing) and a
+        missing flag. For evaluate's joint W1 in the metric."""
         unit = self.to_unit(values)
         parts = []
         for j in range(len(self.columns)):
             if j in self.nullable_continuous:  # the value (missing at 0) and a missing flag
                 missing = values[:, j] > self.columns[j].upper
                 parts.append(np.column_stack([np.where(missing, 0.0, unit[:, j]), missing]))
-            elif j in self.level_columns:
-                size = self.levels(j)
-                code = np.clip(np.floor(unit[:, j] * self.slots(j)), 0, self.slots(j) - 1)
-                parts.append(np.eye(size)[code.astype(np.int64) * size // self.slots(j)])
+            elif j in self.level_columns:  # the level's bits: distinct levels differ in one
+                size, slots = self.levels(j), self.slots(j)
+                code = np.clip(np.floor(unit[:, j] * slots), 0, slots - 1).astype(np.int64)
+                level = code * size // slots
+                bits = max(size - 1, 0).bit_length()
+                parts.append((level[:, None] >> np.arange(bits)) & 1)
             else:
                 parts.append(unit[:, j : j + 1])
         return np.hstack(parts) if parts else unit

@@ -248,7 +248,8 @@ def synthesize(
     domain = Domain(tuple(specs))
     # The mechanisms' cube: level columns first, split first (`partition`); mapped back below.
     lead = domain.lead_bits()
-    X = replace(raw.map(domain.to_cube, domain.cube_dim), ahead=first.tree, lead=lead)
+    X = raw.map(domain.to_cube, domain.cube_dim)
+    X = replace(X, ahead=first.tree, lead=lead, flagged=domain.cube_flags())
     n_hat = noisy_count(first.n, budget.count, source.spawn("count"), ledger)
     call = {
         "epsilon": budget.mechanism,

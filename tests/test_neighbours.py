@@ -14,6 +14,7 @@ column or error decided by a value.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ import pytest
 
 from dpsynth_cli import synth
 from dpsynth_cli.cli import app
+from dpsynth_cli.engine.rows import as_rows
 
 BASE_ROWS = [("3", "0.25"), ("7", "-0.5"), ("10", "0.75"), ("0", "")]
 # The row added to the base table: (a, b) as CSV text.
@@ -55,7 +57,8 @@ def fix_releases(monkeypatch) -> None:
 
     def fixed_input(mechanism):
         def run(X, **kwargs):
-            return mechanism(np.random.default_rng(0).random((300, X.d)), **kwargs)
+            fixed = as_rows(np.random.default_rng(0).random((300, X.d)))
+            return mechanism(replace(fixed, lead=X.lead), **kwargs)  # level columns first too
 
         return run
 

@@ -76,6 +76,8 @@ def test_mixed_csv_neighbours_are_indistinguishable(runner, tmp_path, monkeypatc
     out = pq.read_table(pa.BufferReader(seen["outputs"]["out.parquet"]))
     assert out.schema.names == HEADER.split(",")
     assert set(out.column("sex").to_pylist()) <= {"F", "M"}  # never a new level
+    report = seen["outputs"]["out.parquet.report.json"].decode()
+    assert "level columns first" in report and "privtree-marginals" in report  # the new path
 
 
 def test_mixed_zero_vs_one_row(runner, tmp_path, monkeypatch):

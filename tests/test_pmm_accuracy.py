@@ -66,6 +66,7 @@ def test_pmm_with_level_columns_first_is_within_its_mixed_metric_bound():
 
     from dpsynth_cli.domain import ColumnSpec, Domain, value_matrix
     from dpsynth_cli.engine.rows import as_rows
+
     rng = np.random.default_rng(0)
     specs = (
         ColumnSpec("c", "category", 0.0, 2.0, levels=("a", "b", "c")),

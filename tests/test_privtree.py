@@ -661,3 +661,17 @@ def test_column_histograms_change_by_one_cell_per_column():
         for ca, cb in zip(a.counts, b.counts, strict=True):
             diff = cb - ca
             assert diff.sum() == 1 and np.abs(diff).sum() == 1
+
+
+@pytest.mark.parametrize("relation", ["add-remove", "replace"])
+@pytest.mark.parametrize("columns", [1, 3, 7])
+def test_marginals_noise_is_calibrated_to_the_columns(relation, columns):
+    """k histograms, each eps_M / k: discrete Laplace of scale sens k / eps_M (rounded up to the
+    noise grid, never down). A plan that gave each column the whole share (k-fold overspend,
+    which the ledger's single spend would not show) fails here."""
+    share = marginals.share(Fraction(1))
+    mp = marginals.plan(share, (2,), columns, 5000, relation)
+    sens = 2 if relation == "replace" else 1
+    assert mp.scale >= Fraction(sens * columns) / share
+    assert mp.scale <= Fraction(sens * columns) / share * (1 + Fraction(1, 10**6))
+    assert mp.per_column * columns == mp.epsilon == share

@@ -54,6 +54,8 @@ class Rows:
     # Bits split first for each of the first len(lead) columns: the level columns, which synth
     # puts first (`partition`, "Level columns first"). Public (the schema); a map drops it.
     lead: tuple[int, ...] = ()
+    # (value column, missing flag column) of each nullable float/datetime column (`Domain`).
+    flagged: tuple[tuple[int, int], ...] = ()
 
     def collect(self, make: Callable[[], A]) -> A:
         """One pass over the rows: the statistic `make()` accumulates."""

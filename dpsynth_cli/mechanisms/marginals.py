@@ -47,17 +47,22 @@ def numeric_bits(eps_column: Fraction, noisy_n: int, sensitivity: int) -> int:
 
 @dataclass
 class ColumnHistograms:
-    """Rows per cell of each column's histogram (exact integers; batches add)."""
+    """Rows per cell of each column's histogram (exact integers; batches add). `flagged`:
+    (value column, its missing flag column) pairs: a value column counts only the rows whose
+    flag says present (a missing value's placeholder 0 is no value: it would be a spike)."""
 
     bits: tuple[int, ...]
+    flagged: tuple[tuple[int, int], ...] = ()
     counts: list[np.ndarray] = field(init=False)
 
     def __post_init__(self) -> None:
         self.counts = [np.zeros(1 << b, dtype=np.int64) for b in self.bits]
 
     def add(self, X: np.ndarray) -> None:
+        present = {v: X[:, f] < 0.5 for v, f in self.flagged if v < len(self.bits)}
         for c, b in enumerate(self.bits):
-            q = np.minimum((X[:, c] * float(1 << b)).astype(np.int64), (1 << b) - 1)
+            x = X[present[c], c] if c in present else X[:, c]
+            q = np.minimum((x * float(1 << b)).astype(np.int64), (1 << b) - 1)
             self.counts[c] += np.bincount(q, minlength=1 << b)
 
     def merge(self, other: ColumnHistograms) -> ColumnHistograms:
@@ -72,6 +77,7 @@ class Plan:
     bits: tuple[int, ...]
     scale: Fraction
     sensitivity: int
+    flagged: tuple[tuple[int, int], ...] = ()
 
     def to_json(self) -> dict:
         return {
@@ -88,19 +94,28 @@ def share(epsilon: Fraction) -> Fraction:
     return Fraction(max(1, math.floor(Fraction(SHARE) * epsilon * EPS_GRID)), EPS_GRID)
 
 
-def plan(share: Fraction, lead: tuple[int, ...], columns: int, noisy_n: int, relation: str) -> Plan:
-    """Cells and noise for the first `columns` columns (lead ones: their slots) under eps_M."""
+def plan(
+    share: Fraction,
+    lead: tuple[int, ...],
+    columns: int,
+    noisy_n: int,
+    relation: str,
+    flagged: tuple[tuple[int, int], ...] = (),
+) -> Plan:
+    """Cells and noise for the first `columns` columns (lead ones: their slots) under eps_M:
+    each column eps_M / columns, so discrete Laplace of scale sens * columns / eps_M."""
     per_column = share / columns
     sens = histogram_sensitivity(relation)
     rest = numeric_bits(per_column, noisy_n, sens)
     bits = tuple(lead[c] if c < len(lead) else rest for c in range(columns))
-    return Plan(share, per_column, bits, noise.as_scale(sens / per_column), sens)
+    scale = noise.as_scale(sens / per_column)
+    return Plan(share, per_column, bits, scale, sens, tuple(flagged))
 
 
 def release(rows: Rows, mp: Plan, source: noise.RandomSource, ledger: Ledger) -> dict[int, Pooled]:
     """One pass, the noisy histograms (spend recorded), clipped, as pooled densities."""
     columns = len(mp.bits)
-    counts = rows.collect(partial(ColumnHistograms, mp.bits)).counts
+    counts = rows.collect(partial(ColumnHistograms, mp.bits, mp.flagged)).counts
     ledger.record(
         Spend(
             step="privtree-marginals",

@@ -596,7 +596,7 @@ def run(
     description = pt.to_json() | {"leaf_cells": int(rel.leaves.size)}
     shapes = None
     if X.lead:
-        mp = marginals.plan(shares, X.lead, splittable(pt), noisy_rows, relation)
+        mp = marginals.plan(shares, X.lead, splittable(pt), noisy_rows, relation, X.flagged)
         shapes = marginals.release(X, mp, source, ledger)
         description["marginals"] = mp.to_json()
     place = placer(rel.leaves, rel.levels, sizes, pt, shapes)
