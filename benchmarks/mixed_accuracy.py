@@ -12,7 +12,7 @@ smartnoise-synth MST and AIM ((eps, 1e-9)-DP) with the categories as labels and 
 column in 32 equal bins on its public bounds (no preprocessing budget), a uniform point inside
 each sampled bin. Metrics (NOT private, computed on the raw table): per-column TVD (categories)
 or W1 over the public range (numbers); the joint W1 in the mixed metric of issue 15 and
-docs/privacy.md (levels at distance 1: a one-hot embedding under L-infinity; numbers by their
+docs/privacy.md (levels at distance 1: `Domain.to_mixed` under L-infinity; numbers by their
 public range), exact (POT) on the whole table.
 
     .venv-bench/bin/python -m benchmarks.mixed_accuracy [--seeds 4] > out.md
@@ -157,20 +157,6 @@ def _complete(frame: pd.DataFrame, specs: list[ColumnSpec]) -> pd.DataFrame:
 METHODS = {"dpsynth": ours, "mst": smartnoise("mst"), "aim": smartnoise("aim")}
 
 
-def one_hot(codes: np.ndarray, specs: list[ColumnSpec], domain: Domain) -> np.ndarray:
-    """Issue 15's metric: each category as one-hot coordinates (distance 1 between levels under
-    L-infinity), numbers on [0,1] by their public bounds."""
-    unit = domain.to_unit(codes)
-    parts = []
-    for j, s in enumerate(specs):
-        if s.kind in ("boolean", "category"):
-            size = int(s.code_upper) + 1
-            parts.append(np.eye(size)[codes[:, j].astype(int)])
-        else:
-            parts.append(unit[:, j : j + 1])
-    return np.hstack(parts)
-
-
 def metrics(real: pa.Table, synth: pa.Table, specs: list[ColumnSpec]) -> dict[str, float]:
     domain = Domain(tuple(specs))
     X, Y = value_matrix(real, specs), value_matrix(synth, specs)
@@ -179,7 +165,7 @@ def metrics(real: pa.Table, synth: pa.Table, specs: list[ColumnSpec]) -> dict[st
         if s.kind != "category":
             x, y = np.clip(X[:, j], s.lower, s.upper), np.clip(Y[:, j], s.lower, s.upper)
             out[f"{s.name} W1"] = w1_1d(x, y) / (s.upper - s.lower)
-    delta = w1_summary(one_hot(X, specs, domain), one_hot(Y, specs, domain))
+    delta = w1_summary(domain.to_mixed(X), domain.to_mixed(Y))
     out["joint W1 mixed"] = delta.get("exact", delta.get("upper"))
     return out
 

@@ -2,8 +2,9 @@
 
 The real path of a category column: text cells -> `domain.value_matrix` (declared levels ->
 codes) -> `Domain.to_unit` (level i -> the centre of slot i of 4 equal slots) -> PMM's noisy counts
-(Theorem 3.8) on the binary partition of [0,1], whose level-2 cells are exactly the 4 level bins
-here. Add/remove one row of the table is add/remove one point of the cube, so the counts along the
+(Theorem 3.8) on the binary partition of [0,1], whose level-2 cells are exactly the 4 level slots
+here (with one column, the levels-first partition of synth is this same partition: 2 lead bits).
+Add/remove one row of the table is add/remove one point of the cube, so the counts along the
 added row's path leak at most eps (tests/audit.py; statistics as in tests/test_privacy_audits.py).
 
 Mutant: "merge rare levels into `other`" decided from the data's own counts (a level seen fewer

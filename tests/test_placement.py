@@ -42,3 +42,19 @@ def test_one_dimension_is_exactly_stratified():
     u = placement.within_cell_uniforms(np.array([5, 0, 3]), 1, np.random.default_rng(0))[:, 0]
     assert np.array_equal(np.floor(u[:5] * 5), np.arange(5))
     assert np.array_equal(np.floor(u[5:] * 3), np.arange(3))
+
+
+def test_pooled_density_draws_inside_each_box_by_its_masses():
+    """`placement.Pooled`: a box side wider than a cell draws from the masses inside it (here
+    cells 1 and 2 of 4 with masses 3 and 1: 3/4 of the points in cell 1), never outside the box;
+    a box with no mass is uniform; negative masses count as 0."""
+    pooled = placement.Pooled.of_cells(np.array([0.0, 3.0, 1.0, -5.0]))
+    u = (np.arange(4000) + 0.5) / 4000
+    x = pooled.place(np.zeros(4000), np.ones(4000), u)
+    assert np.isclose((x < 0.25).mean(), 0.0) and np.isclose((x >= 0.75).mean(), 0.0)
+    assert abs(((x >= 0.25) & (x < 0.5)).mean() - 0.75) < 1e-3
+    half = pooled.place(np.full(4000, 0.5), np.full(4000, 0.5), u)  # [1/2, 1): cell 2 only
+    assert ((half >= 0.5) & (half < 0.75)).all()
+    empty = pooled.place(np.full(4000, 0.75), np.full(4000, 0.25), u)  # no mass: uniform
+    np.testing.assert_allclose(empty, 0.75 + 0.25 * u)
+    assert pooled.wide(np.array([0.25, 0.5])).tolist() == [False, True]

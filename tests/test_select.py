@@ -26,7 +26,7 @@ def test_choice_depends_on_eps_times_noisy_rows_per_unit_of_sensitivity(monkeypa
     # Level columns (public, from the schema): privtree, which splits them first, at any eps n.
     assert select.choose(2, Fraction(1), 999, "add-remove", levels=True) == "privtree"
     assert select.choose(5, Fraction(1, 10), 10, "replace", levels=True) == "privtree"
-    assert select.rule_text().startswith("with boolean or category columns: privtree; ")
+    assert select.rule_text().startswith("with boolean, category or nullable float/datetime")
 
 
 @pytest.mark.parametrize("name", sorted(select.CANDIDATES))

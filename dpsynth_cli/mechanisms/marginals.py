@@ -113,7 +113,7 @@ def plan(
 
 
 def release(rows: Rows, mp: Plan, source: noise.RandomSource, ledger: Ledger) -> dict[int, Pooled]:
-    """One pass, the noisy histograms (spend recorded), clipped, as pooled densities."""
+    """One pass, the noisy histograms (spend recorded), clipped at 0, as densities."""
     columns = len(mp.bits)
     counts = rows.collect(partial(ColumnHistograms, mp.bits, mp.flagged)).counts
     ledger.record(
@@ -133,8 +133,6 @@ def release(rows: Rows, mp: Plan, source: noise.RandomSource, ledger: Ledger) ->
     draws = noise.discrete_laplace(source, mp.scale, sum(c.size for c in counts))
     pooled, at = {}, 0
     for c, hist in enumerate(counts):
-        noisy = np.maximum(hist + draws[at : at + hist.size], 0).astype(np.float64)
+        pooled[c] = Pooled.of_cells((hist + draws[at : at + hist.size]).astype(np.float64))
         at += hist.size
-        cells = hist.size
-        pooled[c] = Pooled.of(np.arange(cells) / cells, np.full(cells, 1.0 / cells), noisy)
     return pooled

@@ -92,27 +92,19 @@ def linear_inverse_cdf(a: np.ndarray, p: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Pooled:
-    """The released mass of all boxes along one axis, each box's size spread evenly over its
-    side, on 2^bits equal cells of [0, 1] (bits: the finest side, at most MAX_POOLED_BITS).
-
-    With level columns split first (`partition`), the leaves of sparse level combinations span
-    the whole range of a numeric column, where a uniform (or linear) density ignores what the
-    finer leaves of the other combinations released about that column. A point of a box wider
-    than one cell is instead drawn from this pooled density restricted to the box's side: the
-    column's released marginal, assumed to hold within the box (released values only).
+    """A column's released density on 2^bits equal cells of [0, 1] (`marginals`): a point of a
+    box side wider than one cell is drawn from it, restricted to that side, instead of from the
+    box's linear density. With level columns split first (`partition`) the leaves of sparse
+    level combinations span a column's whole range, where the box alone says nothing of its
+    shape. Built from released values only.
     """
 
     cum: np.ndarray  # cumulative mass at the 2^bits + 1 cell edges
 
     @classmethod
-    def of(cls, lower: np.ndarray, width: np.ndarray, sizes: np.ndarray) -> Pooled:
-        bits = min(int(np.max(-np.log2(width), initial=0.0)), MAX_POOLED_BITS)
-        cells = 1 << bits
-        start = np.minimum(np.floor(lower * cells).astype(np.int64), cells - 1)
-        end = np.maximum(np.rint((lower + width) * cells).astype(np.int64), start + 1)
-        mass = sizes / (end - start)
-        diff = np.bincount(start, mass, cells + 1) - np.bincount(end, mass, cells + 1)
-        return cls(np.concatenate([[0.0], np.cumsum(np.cumsum(diff)[:cells])]))
+    def of_cells(cls, mass: np.ndarray) -> Pooled:
+        """The density with these masses (clipped at 0) on len(mass) equal cells."""
+        return cls(np.concatenate([[0.0], np.cumsum(np.maximum(mass, 0.0))]))
 
     @property
     def cells(self) -> int:
@@ -123,8 +115,8 @@ class Pooled:
         return width * self.cells > 1.0 + 1e-9
 
     def place(self, lower: np.ndarray, width: np.ndarray, u: np.ndarray) -> np.ndarray:
-        """The point at quantile u of the pooled density on [lower, lower + width) (boxes
-        aligned to the cells); uniform where the pooled density has no mass there."""
+        """The point at quantile u of the density on [lower, lower + width) (dyadic boxes,
+        aligned to the cells); uniform where the density has no mass there."""
         g = self.cells
         a = np.rint(lower * g).astype(np.int64)
         b = np.rint((lower + width) * g).astype(np.int64)
@@ -135,9 +127,6 @@ class Pooled:
         frac = np.divide(t - self.cum[j], mass, out=np.full_like(t, 0.5), where=mass > 0)
         x = (j + np.clip(frac, 0.0, 1.0)) / g
         return np.where(fb > fa, x, lower + u * width)
-
-
-MAX_POOLED_BITS = 16  # a pooled density has at most 2^16 cells (512 KiB)
 
 
 def place_in_boxes(

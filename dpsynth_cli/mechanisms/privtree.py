@@ -75,6 +75,14 @@ eps_T + eps_C equal to the mechanism's epsilon exactly; both spends are in the l
 is post-processing. Noise comes only from `privacy.noise` with exact Fraction scales; the draws
 are one batch per level plus one for the leaves (sizes are functions of T, which is released).
 
+Level columns first (issue 15). With `Rows.lead` (boolean/category columns and missing flags,
+public from the schema) the tree grows on the partition that splits those first (`partition`);
+the proof above needs only that every level partitions the cube and one row lies in one cell per
+level, so it holds unchanged. Before the tree, `marginals.SHARE` of epsilon releases each
+splittable column's one-column histogram (`marginals`: sensitivity 1 per histogram, sequential
+composition, its own ledger spend); the structure and the leaf counts share the rest as above.
+Placement draws a leaf side wider than a histogram cell from that histogram (post-processing).
+
 Parameters (`POLICY`, chosen on benchmarks, functions of public d, epsilon and noisy count n^):
 with eps_C n^ = m and the grid level g = d log2(m)/(d+1) (the level of the uniform grid with
 m^(1/(d+1)) cells per axis): start s = round(start * g), threshold theta = round(theta_rel *

@@ -20,7 +20,8 @@ of the same d and eps * n where PSMM is 1.1-2.2x behind (clustered, randhie, dia
 never chooses it (NEVER; the report's rule says so); `--mechanism psmm` remains for its a-priori
 bound.
 
-Level columns (boolean, category: `Rows.lead`, public from the schema): privtree, whatever eps n.
+Level columns (boolean, category, and the missing flags of nullable float/datetime columns:
+`Rows.lead`, public from the schema): privtree, whatever eps n.
 Only privtree and pmm split them first (`partition`); the grids would spread each cell's points
 over all levels of a column, and on the mixed tables of docs/benchmarks.md ("Mixed tables")
 privtree with levels first beat hierarchy at every eps (penguins at eps 0.5 and 1, where
@@ -62,7 +63,7 @@ def rule_text() -> str:
 
     parts = [f"d={d}: {clause(t)}" for d, t in sorted(PRIVTREE_FROM.items())]
     parts.append(f"other d: {clause(PRIVTREE_FROM_DEFAULT)}")
-    parts.insert(0, "with boolean or category columns: privtree")
+    parts.insert(0, "with boolean, category or nullable float/datetime columns: privtree")
     never = f"; never {', '.join(NEVER)} (behind in the accuracy benchmark)" if NEVER else ""
     return "; ".join(parts) + "; otherwise hierarchy" + never
 
