@@ -88,8 +88,9 @@ Schema = Annotated[
     _opt(
         "--schema",
         metavar="FILE",
-        help="JSON file with column types and bounds, e.g. --schema schema.json "
-        "(format in README).",
+        help="JSON file declaring each column's type (float, integer, boolean, category with "
+        "its levels, date, datetime), public bounds and nullable, e.g. --schema schema.json "
+        "(format in README; `dpsynth schema draft DATA` writes one to fill in).",
     ),
 ]
 Seed = Annotated[
