@@ -13,8 +13,10 @@ column's histogram, so each histogram has L1 sensitivity 1 (replace: 2, `histogr
 discrete Laplace noise of scale sens/eps_c on every cell of column c's histogram is eps_c-DP,
 and the k histograms together are (sum eps_c)-DP = the share eps_M by sequential composition
 (one ledger spend). The cells are public: a level column's 2^bits slots (its levels), a numeric
-column's 2^b equal cells, b from the noisy count and eps_c only. Clipping at 0 and placing
-points is post-processing. The tree and its leaf counts run on epsilon - eps_M.
+column's 2^b equal cells, b from the noisy count and eps_c only. A nullable float/datetime
+column's value histogram counts only rows flagged present (one count per row at most, still).
+Clipping at 0 and placing points is post-processing. The tree and its leaf counts run on
+epsilon - eps_M.
 """
 
 from __future__ import annotations
