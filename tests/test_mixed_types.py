@@ -567,6 +567,12 @@ def test_nullable_float_and_datetime_keep_missing_as_a_level(tmp_path):
     E = domain.to_mixed(X)
     assert np.abs(E[0] - E[1]).max() == 1.0  # a value and a missing one
     assert np.abs(E[1] - E[3]).max() == pytest.approx(1.0)  # levels a, b
+    from dpsynth_cli.evaluate.compare import _mixed_w1
+
+    alone = Domain((specs[0],))  # a nullable float alone still needs the mixed metric
+    rng = np.random.default_rng(0)
+    assert _mixed_w1(alone, X[:, :1], X[:, :1], rng)["w1_mixed_metric"]["exact"] == 0.0
+    assert _mixed_w1(Domain((ColumnSpec("v", "float", 0.0, 1.0),)), X[:, :1], X[:, :1], rng) == {}
 
 
 @pytest.mark.parametrize("flags_used", [True, False])

@@ -239,9 +239,10 @@ def evaluate(
 def _mixed_w1(
     domain: Domain, X: np.ndarray, Y: np.ndarray, rng: np.random.Generator
 ) -> dict[str, Any]:
-    """The joint W1 in the mixed metric (levels at distance 1), for tables with boolean or
-    category columns: on the rows, or on the uniform samples when the tables were streamed."""
-    if not domain.level_columns:
+    """The joint W1 in the mixed metric (levels, and missing against a value, at distance 1)
+    where it differs from the unit cube's: tables with boolean, category or nullable float /
+    datetime columns; on the rows, or on the uniform samples when the tables were streamed."""
+    if not (domain.level_columns or domain.nullable_continuous):
         return {}
     return {"w1_mixed_metric": w1_summary(domain.to_mixed(X), domain.to_mixed(Y), rng=rng)}
 
