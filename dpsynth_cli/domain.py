@@ -576,6 +576,13 @@ class Domain:
             for k, j in enumerate(self.nullable_continuous)
         )
 
+    def cube_codes(self) -> tuple[int, ...]:
+        """Codes of each cube column (`Rows.codes`): levels of a level column, 2 for a missing
+        flag, the whole codes of an integer or date column, 0 for a float or datetime one."""
+        others = [self.levels(j) if self.columns[j].kind in DISCRETE else 0 for j in self._others]
+        levels = [self.levels(j) for j in self.level_columns]
+        return (*levels, *(2,) * len(self.nullable_continuous), *others)
+
     def to_cube(self, values: np.ndarray) -> np.ndarray:
         """The mechanisms' cube (`cube_dim` columns): the level columns, then a missing flag
         (a two-slot level column: 1/4 a value, 3/4 missing) per nullable float or datetime

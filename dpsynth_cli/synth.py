@@ -24,7 +24,7 @@ import pyarrow as pa
 from dpsynth_cli.domain import ColumnSpec, Domain, value_matrix
 from dpsynth_cli.engine.rows import BatchesSource, Rows, as_rows
 from dpsynth_cli.errors import UsageError
-from dpsynth_cli.mechanisms import hierarchy, lowdim, pmm, privtree, psmm, select
+from dpsynth_cli.mechanisms import hierarchy, lowdim, pairs, pmm, privtree, psmm, select
 from dpsynth_cli.mechanisms.base import BatchPlan, Mechanism, MechanismRun, Place
 from dpsynth_cli.mechanisms.bounds import estimate_bounds, estimated_notice, histograms
 from dpsynth_cli.mechanisms.count import noisy_count
@@ -43,6 +43,7 @@ MECHANISMS: dict[str, Mechanism] = {
     "privtree": privtree.run,
     "hierarchy": hierarchy.run,
     "psmm": psmm.run,
+    "marginals": pairs.run,
 }
 # What `--dry-run` says about how each mechanism fixes its parameters (before any data is read).
 PLAN_RULES: dict[str, str] = {
@@ -56,6 +57,9 @@ PLAN_RULES: dict[str, str] = {
     "all of it for d >= 3 (Corollary 3.7), capped (psmm.GRID_RULE, psmm.plan); noisy counts "
     "projected onto the closest probability measure by an exact min-cost flow (corrected "
     "Algorithm 2)",
+    "marginals": "one-way histograms (30% of eps_mechanism), a spanning tree of column pairs "
+    "chosen by permute-and-flip (10%), the tree's two-way histograms on bins chosen from the "
+    "one-way release (60%); rows drawn from the tree model (mechanisms/pairs)",
     "hierarchy": "finest grid about c_d (eps * noisy_rows / sensitivity)^(1/(d+1)) cells per "
     "axis, a band of coarser levels above it (hierarchy.RESOLUTION, hierarchy.LEVELS)",
 }
@@ -249,7 +253,9 @@ def synthesize(
     # The mechanisms' cube: level columns first, split first (`partition`); mapped back below.
     lead = domain.lead_bits()
     X = raw.map(domain.to_cube, domain.cube_dim)
-    X = replace(X, ahead=first.tree, lead=lead, flagged=domain.cube_flags())
+    X = replace(
+        X, ahead=first.tree, lead=lead, flagged=domain.cube_flags(), codes=domain.cube_codes()
+    )
     n_hat = noisy_count(first.n, budget.count, source.spawn("count"), ledger)
     call = {
         "epsilon": budget.mechanism,

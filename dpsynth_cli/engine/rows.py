@@ -56,6 +56,9 @@ class Rows:
     lead: tuple[int, ...] = ()
     # (value column, missing flag column) of each nullable float/datetime column (`Domain`).
     flagged: tuple[tuple[int, int], ...] = ()
+    # Codes of each column (`Domain.cube_codes`): a level column's levels (2 for a missing flag),
+    # an integer or date column's whole codes, 0 for a float or datetime column. Public.
+    codes: tuple[int, ...] = ()
 
     def collect(self, make: Callable[[], A]) -> A:
         """One pass over the rows: the statistic `make()` accumulates."""

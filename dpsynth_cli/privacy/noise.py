@@ -35,6 +35,7 @@ __all__ = [
     "bernoulli_exp",
     "discrete_laplace",
     "discrete_laplace_mixed",
+    "permute_and_flip",
     "uniform_below",
 ]
 
@@ -333,6 +334,35 @@ def bernoulli_exp(source: RandomSource, num: Any, den: Any) -> np.ndarray:
     if idx.size:
         res[idx] = _bern_exp_unit(source, rem[idx].astype(_U64), den_i[idx].astype(_U64))
     return res.reshape(shape)
+
+
+def permute_and_flip(
+    source: RandomSource, scores: np.ndarray, epsilon: Fraction, sensitivity: int
+) -> int:
+    """The index of one candidate, chosen by permute-and-flip (McKenna & Sheldon 2020, Alg. 1).
+
+    Integer `scores` of sensitivity `sensitivity` (a neighbouring table moves each by at most
+    that much): in a uniformly random order, candidate i is taken with probability
+    exp(epsilon (q_i - q_max) / (2 sensitivity)) and the first one taken is returned. It is
+    epsilon-DP (their Theorem 1) and never less accurate than the exponential mechanism. Exact:
+    the order is a Fisher-Yates shuffle from `uniform_below`, each coin `bernoulli_exp`; a
+    candidate with the largest score is always taken, so every coin may be drawn at once.
+    """
+    q = np.asarray(scores)
+    qi = q.astype(np.int64).reshape(-1)
+    if qi.size == 0 or not np.array_equal(qi, q.reshape(-1)):
+        raise ValueError("permute_and_flip needs a non-empty array of integer scores")
+    eps = Fraction(epsilon)
+    if eps <= 0 or sensitivity < 1:
+        raise ValueError("permute_and_flip needs epsilon > 0 and sensitivity >= 1")
+    order = np.arange(qi.size)
+    if qi.size > 1:
+        swaps = uniform_below(source, np.arange(qi.size, 1, -1))  # j_i uniform in {i..k-1}
+        for i, j in enumerate(swaps):
+            order[[i, i + j]] = order[[i + j, i]]
+    gap = (int(qi.max()) - qi[order]) * eps.numerator
+    taken = bernoulli_exp(source, gap, np.full(qi.size, 2 * sensitivity * eps.denominator))
+    return int(order[int(np.argmax(taken))])
 
 
 def _accepted_uniform(source: RandomSource, t: np.ndarray, n: int, tmax: int) -> np.ndarray:

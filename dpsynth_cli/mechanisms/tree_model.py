@@ -1,0 +1,217 @@
+"""A tree-shaped graphical model fitted to noisy marginals, and rows drawn from it.
+
+Post-processing of released values only (noisy one-way and two-way histograms, public grids):
+no privacy cost. Given a spanning tree over the attributes, one-way marginals p_a and, on every
+edge (a, b), a noisy two-way histogram, the model is
+
+    P(x) = prod over edges T_ab(x_a, x_b) / prod over attributes p_a(x_a)^(degree(a) - 1),
+
+the maximum-entropy distribution with those marginals (for a tree it needs no inference: the
+junction tree is the tree itself, as in MST's Private-PGM step). Each edge table T_ab is the
+noisy histogram with cells below a noise threshold set to zero, fitted to the one-way marginals
+of both ends by iterative proportional fitting, so all tables agree on every attribute and the
+model is consistent.
+
+Rows are drawn ancestrally from a root, with systematic (low-variance) allocation instead of
+independent draws: the m rows with a parent's value get a child value k floor- or ceil-of
+m P(k | parent) times, unbiased, then shuffled. Values inside a bin follow the fine one-way
+release the same way, and a numeric value is uniform inside its cell of the one-way grid.
+Drawing n rows independently would add a multinomial error of order sqrt(cells / n) to every
+marginal, as large as the noise at the sizes users have.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import ndtri
+
+from dpsynth_cli.mechanisms.attributes import Attribute
+
+IPF_ROUNDS = 60
+
+
+def quantile_bins(mass: np.ndarray, bins: int) -> np.ndarray:
+    """Contiguous groups of cells with about equal mass (released values): cell -> bin, bins
+    numbered 0.. in order. A cell heavier than 1/bins of the total is a bin of its own."""
+    total = float(mass.sum())
+    if total <= 0 or bins >= mass.size:
+        return np.arange(mass.size) * min(bins, mass.size) // mass.size
+    centre = (np.cumsum(mass) - mass / 2) / total
+    raw = np.minimum((centre * bins).astype(np.int64), bins - 1)
+    return np.unique(raw, return_inverse=True)[1].astype(np.int64)
+
+
+def level_bins(mass: np.ndarray, bins: int) -> np.ndarray:
+    """Levels as bins; with more levels than bins, the bins - 1 most frequent (released
+    counts) keep their own bin and the others share the last."""
+    if mass.size <= bins:
+        return np.arange(mass.size)
+    top = np.argsort(-mass, kind="stable")[: bins - 1]
+    out = np.full(mass.size, bins - 1)
+    out[np.sort(top)] = np.arange(bins - 1)
+    return out
+
+
+def fit_pair(noisy: np.ndarray, rows: np.ndarray, cols: np.ndarray, floor: float) -> np.ndarray:
+    """A non-negative table with row sums `rows` and column sums `cols` (equal totals), close
+    to the noisy histogram: cells below `floor` (noise level) are zero, a trace of the
+    independent table keeps every margin reachable, then iterative proportional fitting."""
+    total = max(float(rows.sum()), 1e-12)
+    table = np.where(noisy > floor, noisy, 0.0).astype(np.float64)
+    table += 1e-6 * np.outer(rows, cols) / total
+    for _ in range(IPF_ROUNDS):
+        table *= (rows / np.maximum(table.sum(axis=1), 1e-300))[:, None]
+        table *= (cols / np.maximum(table.sum(axis=0), 1e-300))[None, :]
+    return table
+
+
+def allocate(group: np.ndarray, probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """A label for every row: the m rows of group g get label k floor(m p_gk) or ceil(m p_gk)
+    times (systematic sampling, one uniform per group: unbiased), in a random order."""
+    G, K = probs.shape
+    m = np.bincount(group, minlength=G)
+    edges = np.floor(np.cumsum(probs, axis=1) * m[:, None] + rng.random(G)[:, None])
+    edges[:, -1] = m
+    counts = np.diff(edges, axis=1, prepend=0.0).astype(np.int64)
+    labels = np.repeat(np.tile(np.arange(K), G), counts.ravel())
+    order = np.lexsort((rng.random(group.size), group))
+    out = np.empty(group.size, dtype=np.int64)
+    out[order] = labels
+    return out
+
+
+def normalised(table: np.ndarray, fallback: np.ndarray) -> np.ndarray:
+    """Rows of `table` scaled to sum to 1; a row without mass is `fallback`."""
+    sums = table.sum(axis=1, keepdims=True)
+    out = np.divide(table, sums, out=np.zeros_like(table, dtype=np.float64), where=sums > 0)
+    out[sums[:, 0] <= 0] = fallback
+    return out
+
+
+@dataclass(frozen=True)
+class Quantiles:
+    """Where inside its bin a row's value lies, from the one-way release: the values sorted by
+    bin (`order`), their cumulative released mass (every value has a trace of mass, so each bin
+    has some), and each bin's run in that order."""
+
+    order: np.ndarray  # values, sorted by bin
+    cdf: np.ndarray  # cumulative mass over `order`, cdf[0] = 0, cdf[-1] = 1
+    lo: np.ndarray  # bin -> position in `order` of its first value
+    hi: np.ndarray  # bin -> one past its last
+
+    @classmethod
+    def of(cls, value_bin: np.ndarray, mass: np.ndarray) -> Quantiles:
+        order = np.argsort(value_bin, kind="stable")
+        m = np.maximum(mass[order], 0.0) + 1e-9 * max(float(mass.sum()), 1.0) / mass.size
+        cdf = np.concatenate([[0.0], np.cumsum(m)]) / m.sum()
+        sorted_bins = value_bin[order]
+        k = int(value_bin.max()) + 1
+        lo = np.searchsorted(sorted_bins, np.arange(k), side="left")
+        hi = np.searchsorted(sorted_bins, np.arange(k), side="right")
+        return cls(order, cdf, lo, hi)
+
+    def place(self, bins: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The value at within-bin quantile u of each row's bin, the position inside that
+        value's cell (0..1) and the overall quantile of the point."""
+        base, top = self.cdf[self.lo[bins]], self.cdf[self.hi[bins]]
+        t = base + u * (top - base)
+        at = np.clip(
+            np.searchsorted(self.cdf, t, side="right") - 1, self.lo[bins], self.hi[bins] - 1
+        )
+        width = self.cdf[at + 1] - self.cdf[at]
+        frac = np.clip((t - self.cdf[at]) / width, 0.0, 1.0 - 1e-12)
+        return self.order[at], frac, t
+
+
+def within_bin_ranks(bins: np.ndarray, latent: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """u in (0, 1) for every row: its rank by `latent` among the rows of its bin, stratified
+    (the m rows of a bin get one point in each 1/m of it)."""
+    n = bins.size
+    order = np.lexsort((latent, bins))
+    counts = np.bincount(bins)
+    start = np.cumsum(counts) - counts
+    rank = np.empty(n)
+    rank[order] = np.arange(n) - np.repeat(start, counts)
+    return (rank + rng.random(n)) / np.maximum(counts[bins], 1)
+
+
+@dataclass(frozen=True)
+class TreeModel:
+    """Released model (picklable: Dask workers place batches from it): the attributes, each
+    attribute's parent and P(bin | parent's bin) (a root's: its bins' probabilities), the
+    within-bin quantiles, and `link`, the normal-scores correlation of each edge's fitted table
+    (0 where a level column is involved): inside bins a child's rows are ordered by their
+    parent's position through a Gaussian copula of that correlation, so a near-deterministic
+    relation (carat and x in diamonds) stays near-deterministic below the bins' resolution
+    instead of becoming independent there."""
+
+    attributes: tuple[Attribute, ...]
+    d: int  # cube columns
+    order: tuple[int, ...]  # attributes, parents before children
+    parent: tuple[int, ...]  # parent attribute (-1 for a root)
+    conditional: tuple[np.ndarray, ...]  # (parent bins, bins); a root's: (1, bins)
+    quantiles: tuple[Quantiles, ...]
+    link: tuple[float, ...]
+
+    def __call__(
+        self, cells: np.ndarray, counts: np.ndarray, rng: np.random.Generator
+    ) -> np.ndarray:
+        """`counts.sum()` rows drawn from the model as points of the cube (cells are batches of
+        rows: all rows are alike)."""
+        n = int(np.asarray(counts).sum())
+        bins = [np.zeros(n, dtype=np.int64)] * len(self.attributes)
+        score = [np.zeros(n)] * len(self.attributes)  # normal score of each placed value
+        out = np.zeros((n, self.d))
+        for a in self.order:
+            p, r = self.parent[a], self.link[a]
+            group = bins[p] if p >= 0 else np.zeros(n, dtype=np.int64)
+            bins[a] = allocate(group, self.conditional[a], rng)
+            latent = rng.standard_normal(n)
+            if p >= 0 and r != 0.0:
+                latent = r * score[p] + math.sqrt(1.0 - r * r) * latent
+            u = within_bin_ranks(bins[a], latent, rng)
+            values, frac, t = self.quantiles[a].place(bins[a], u)
+            self.attributes[a].write(out, values, frac)
+            score[a] = ndtri(np.clip(t, 1e-12, 1.0 - 1e-12))
+        return out
+
+
+def link_correlation(table: np.ndarray, rows: Quantiles, cols: Quantiles) -> float:
+    """Pearson correlation of the bins' normal scores (mid-quantiles) under a fitted table."""
+    total = table.sum()
+    if total <= 0:
+        return 0.0
+    x = ndtri(np.clip((rows.cdf[rows.lo] + rows.cdf[rows.hi]) / 2, 1e-9, 1 - 1e-9))
+    y = ndtri(np.clip((cols.cdf[cols.lo] + cols.cdf[cols.hi]) / 2, 1e-9, 1 - 1e-9))
+    p = table / total
+    px, py = p.sum(axis=1), p.sum(axis=0)
+    mx, my = px @ x, py @ y
+    cov = x @ p @ y - mx * my
+    vx, vy = px @ (x - mx) ** 2, py @ (y - my) ** 2
+    if vx <= 0 or vy <= 0:
+        return 0.0
+    return float(np.clip(cov / math.sqrt(vx * vy), -0.999, 0.999))
+
+
+def bfs_order(edges: list[tuple[int, int]], k: int, root: int = 0) -> tuple[list[int], list[int]]:
+    """Attributes in breadth-first order from `root` over the tree's edges, and each one's
+    parent (-1 for the root)."""
+    nbrs: list[list[int]] = [[] for _ in range(k)]
+    for a, b in edges:
+        nbrs[a].append(b)
+        nbrs[b].append(a)
+    parent, order, seen = [-1] * k, [root], {root}
+    for a in order:
+        for b in sorted(nbrs[a]):
+            if b not in seen:
+                seen.add(b)
+                parent[b] = a
+                order.append(b)
+    for a in range(k):  # a forest: other components hang off nothing (their own roots)
+        if a not in seen:
+            order.append(a)
+            seen.add(a)
+    return order, parent
