@@ -61,6 +61,7 @@ SELECT = Fraction(1, 10)
 CELL_NOISE = 4.0  # bins: a pair's cells hold about CELL_NOISE noise deviations each
 FIT_FLOOR = 1.0  # two-way cells below this many noise deviations are taken as empty
 MIN_BINS = 2
+SECOND_PARENTS = True  # every attribute but two gets a second parent (a triangle of pairs)
 OUTPUT_CHUNK = 1 << 16  # rows per cell of the output (all rows are alike: any split works)
 
 
@@ -80,10 +81,16 @@ class Plan:
     sensitivity: int
     attributes: tuple[Attribute, ...]
     bins: int
+    extras: int  # second parents (each one more two-way measurement)
 
     @property
     def edges(self) -> int:
         return max(len(self.attributes) - 1, 0)
+
+    @property
+    def measurements(self) -> int:
+        """Two-way histograms measured, and selection rounds: tree edges and second parents."""
+        return self.edges + self.extras
 
     @property
     def one_way_scale(self) -> Fraction:
@@ -91,11 +98,11 @@ class Plan:
 
     @property
     def pair_scale(self) -> Fraction:
-        return noise.as_scale(Fraction(self.sensitivity * max(self.edges, 1)) / self.pairs)
+        return noise.as_scale(Fraction(self.sensitivity * max(self.measurements, 1)) / self.pairs)
 
     @property
     def round_epsilon(self) -> Fraction:
-        return self.select / max(self.edges, 1)
+        return self.select / max(self.measurements, 1)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -111,7 +118,8 @@ class Plan:
             "bins_per_attribute_at_most": self.bins,
             "one_way_noise_scale": float(self.one_way_scale),
             "two_way_noise_scale": float(self.pair_scale) if self.edges else None,
-            "selection": "permute-and-flip, one round per tree edge",
+            "second_parents": self.extras,
+            "selection": "permute-and-flip, one round per measured pair",
         }
 
 
@@ -124,12 +132,13 @@ def plan(epsilon: Fraction, noisy_n: int, rows: Rows, relation: str) -> Plan:
     signal = float(one_way) / max(count, 1) * max(noisy_n, 1) / sens
     attrs = attributes(rows.d, rows.lead, rows.codes, rows.flagged, signal)
     pairs = epsilon - one_way - select
+    extras = max(count - 2, 0) if SECOND_PARENTS else 0
     bins = MIN_BINS
     if count > 1:
-        sd = math.sqrt(discrete_laplace_variance(noise.as_scale(sens * (count - 1) / pairs)))
-        cells = max(noisy_n, 1) / (CELL_NOISE * sd)
+        scale = noise.as_scale(sens * (count - 1 + extras) / pairs)
+        cells = max(noisy_n, 1) / (CELL_NOISE * math.sqrt(discrete_laplace_variance(scale)))
         bins = int(min(max(math.isqrt(int(cells)), MIN_BINS), 64))
-    return Plan(epsilon, one_way, select, pairs, sens, attrs, bins)
+    return Plan(epsilon, one_way, select, pairs, sens, attrs, bins, extras)
 
 
 @dataclass
@@ -232,7 +241,8 @@ def run(
     rng: np.random.Generator,
     rows: int | None,
 ) -> MechanismRun:
-    """One statistics pass, one-way release, tree selection, two-way measurement, model."""
+    """One statistics pass, one-way release, tree selection and measurement, second parents
+    selected and measured, model."""
     X = as_rows(X)
     mp = plan(epsilon, noisy_rows, X, relation)
     attrs = mp.attributes
@@ -240,36 +250,112 @@ def run(
     one_way = release_one_way(stats.one_way, mp, source.spawn("one-way"), ledger, rng)
     value_bin = [value_bins(a, m, mp.bins) for a, m in zip(attrs, one_way, strict=True)]
     k = [int(b.max()) + 1 for b in value_bin]
-    # pair cell -> bin: every value of a pair cell lies in one bin (bins are unions of cells)
-    cell_bin = []
-    for a, b in zip(attrs, value_bin, strict=True):
-        m = np.zeros(a.pair_cells, dtype=np.int64)
-        m[a.pair_map()] = b
-        cell_bin.append(m)
     total = max(float(noisy_rows), 1.0)
     marg = []
     for m, b, kk in zip(one_way, value_bin, k, strict=True):
         p = np.bincount(b, weights=m, minlength=kk)
         marg.append(p / p.sum() if p.sum() > 0 else np.full(kk, 1.0 / kk))
-    binned_two_way = {
-        (i, j): binned(t, cell_bin[i], cell_bin[j], k[i], k[j])
-        for (i, j), t in stats.two_way.items()
+    tables = binned_tables(stats.two_way, attrs, value_bin, k)
+    record_spends(mp, ledger)
+    select_source, measure_source = source.spawn("select"), source.spawn("two-way")
+    edges = select_tree(tables, marg, total, mp, select_source)
+    order, parent = tree_model.bfs_order(edges, len(attrs))
+    noisy = measure(tables, [(parent[a], a) for a in order if parent[a] >= 0], mp, measure_source)
+    floor = FIT_FLOOR * math.sqrt(discrete_laplace_variance(mp.pair_scale)) if edges else 0.0
+    joints = {
+        e: tree_model.fit_pair(t, total * marg[e[0]], total * marg[e[1]], floor)
+        for e, t in noisy.items()
     }
-    edges = select_tree(binned_two_way, marg, total, mp, source.spawn("select"), ledger)
-    noisy = measure(binned_two_way, edges, mp, source.spawn("two-way"), ledger)
-    model = build_model(attrs, X.d, value_bin, one_way, marg, noisy, edges, total, mp)
+    seconds = select_seconds(tables, joints, order, parent, mp, select_source)
+    extra = measure(tables, [(b, c) for c, b in seconds.items()], mp, measure_source)
+    extra = {
+        e: tree_model.fit_pair(t, total * marg[e[0]], total * marg[e[1]], floor)
+        for e, t in extra.items()
+    }
+    model = build_model(attrs, X.d, value_bin, one_way, marg, order, parent, joints, extra)
     want = max(int(noisy_rows), 0) if rows is None else int(rows)
     sizes = np.full(want // OUTPUT_CHUNK, OUTPUT_CHUNK, dtype=np.int64)
     if want % OUTPUT_CHUNK:
         sizes = np.append(sizes, want % OUTPUT_CHUNK)
-    description = {**mp.to_json(), "bins": k, "tree_edges": [list(e) for e in edges]}
+    description = {
+        **mp.to_json(),
+        "bins": k,
+        "tree_edges": [[parent[a], a] for a in order if parent[a] >= 0],
+        "second_parents": [[b, c] for c, b in seconds.items()],
+    }
     return MechanismRun(
         output=Output(sizes, model, rng, X.d),
         description=description,
-        guarantee="no a-priori W1 bound (a tree of two-way marginals keeps only the "
-        "dependences it measures); epsilon-DP by the sensitivity argument in mechanisms/pairs",
+        guarantee="no a-priori W1 bound (the model keeps only the dependences it measures); "
+        "epsilon-DP by the sensitivity argument in mechanisms/pairs",
         w1_bound=None,
     )
+
+
+def binned_tables(
+    two_way: dict[tuple[int, int], np.ndarray],
+    attrs: tuple[Attribute, ...],
+    value_bin: list[np.ndarray],
+    k: list[int],
+) -> dict[tuple[int, int], np.ndarray]:
+    """Every pair's exact two-way histogram on the bins (private: for scores and noise only)."""
+    cell_bin = []
+    for a, b in zip(attrs, value_bin, strict=True):
+        m = np.zeros(a.pair_cells, dtype=np.int64)
+        m[a.pair_map()] = b  # every value of a pair cell lies in one bin
+        cell_bin.append(m)
+    out = {}
+    for (i, j), t in two_way.items():
+        out[(i, j)] = np.zeros((k[i], k[j]))
+        np.add.at(out[(i, j)], (cell_bin[i][:, None], cell_bin[j][None, :]), t)
+        out[(j, i)] = out[(i, j)].T
+    return out
+
+
+def record_spends(mp: Plan, ledger: Ledger) -> None:
+    """The selection and two-way spends, each recorded once for all its rounds."""
+    if not mp.edges:
+        return
+    ledger.record(
+        Spend(
+            step="marginals-select",
+            mechanism="a spanning tree of column pairs, then second parents, by "
+            "permute-and-flip (mechanisms/pairs)",
+            epsilon=mp.select,
+            sensitivity=mp.sensitivity,
+            noise={
+                "distribution": "permute-and-flip (exponential-mechanism family)",
+                "rounds": mp.measurements,
+                "epsilon_per_round": float(mp.round_epsilon),
+                "score": "L1 distance of a pair's two-way histogram from what the model "
+                "released so far implies (the product of one-way marginals for the tree), "
+                "rounded down",
+            },
+        )
+    )
+    ledger.record(
+        Spend(
+            step="marginals-two-way",
+            mechanism="noisy two-way histograms of the chosen column pairs (mechanisms/pairs)",
+            epsilon=mp.pairs,
+            sensitivity=mp.sensitivity,
+            noise={
+                "distribution": "discrete Laplace",
+                "scale": float(mp.pair_scale),
+                "histograms": mp.measurements,
+                "composition": "sequential over the pairs, eps/pairs each",
+            },
+        )
+    )
+
+
+def _pick(source: noise.RandomSource, scores: list[float], mp: Plan) -> int:
+    q = np.array([math.floor(x) for x in scores], dtype=np.int64)
+    return noise.permute_and_flip(source, q, mp.round_epsilon, mp.sensitivity)
+
+
+def _l1(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.abs(a - b).sum())
 
 
 def select_tree(
@@ -278,78 +364,72 @@ def select_tree(
     total: float,
     mp: Plan,
     source: noise.RandomSource,
-    ledger: Ledger,
 ) -> list[tuple[int, int]]:
-    """D - 1 rounds of permute-and-flip among the pairs joining two components (spend
-    recorded): the tree of the most dependent pairs, as MST chooses it."""
+    """D - 1 rounds of permute-and-flip among the pairs joining two components: the tree of
+    the pairs furthest from independence, as MST chooses it."""
     D = len(marg)
-    if D < 2:
-        return []
-    pairs = list(tables)
-    scores = np.array(
-        [
-            math.floor(float(np.abs(tables[p] - total * np.outer(marg[p[0]], marg[p[1]])).sum()))
-            for p in pairs
-        ],
-        dtype=np.int64,
-    )
-    ledger.record(
-        Spend(
-            step="marginals-select",
-            mechanism="spanning tree of column pairs by permute-and-flip (mechanisms/pairs)",
-            epsilon=mp.select,
-            sensitivity=mp.sensitivity,
-            noise={
-                "distribution": "permute-and-flip (exponential-mechanism family)",
-                "rounds": D - 1,
-                "epsilon_per_round": float(mp.round_epsilon),
-                "score": "L1 distance of the two-way histogram from the product of the "
-                "released one-way marginals, rounded down",
-            },
-        )
-    )
+    pairs = [(i, j) for i in range(D) for j in range(i + 1, D)]
+    scores = [_l1(tables[p], total * np.outer(marg[p[0]], marg[p[1]])) for p in pairs]
     component = list(range(D))
     edges: list[tuple[int, int]] = []
     for _ in range(D - 1):
         open_ = [n for n, (a, b) in enumerate(pairs) if component[a] != component[b]]
-        pick = pairs[
-            open_[noise.permute_and_flip(source, scores[open_], mp.round_epsilon, mp.sensitivity)]
-        ]
+        pick = pairs[open_[_pick(source, [scores[n] for n in open_], mp)]]
         edges.append(pick)
         old, new = component[pick[1]], component[pick[0]]
         component = [new if c == old else c for c in component]
     return edges
 
 
-def measure(
+def select_seconds(
     tables: dict[tuple[int, int], np.ndarray],
-    edges: list[tuple[int, int]],
+    joints: dict[tuple[int, int], np.ndarray],
+    order: list[int],
+    parent: list[int],
     mp: Plan,
     source: noise.RandomSource,
-    ledger: Ledger,
+) -> dict[int, int]:
+    """`mp.extras` rounds of permute-and-flip: attribute c gets a second parent b, a tree
+    neighbour of its parent placed before it (so (b, parent, c) is a triangle the sampler can
+    condition on), scored by how far the (b, c) histogram is from what the tree implies."""
+    position = {a: i for i, a in enumerate(order)}
+    nbrs: dict[int, list[int]] = {a: [] for a in order}
+    for p, c in joints:
+        nbrs[p].append(c)
+        nbrs[c].append(p)
+    candidates, scores = [], []
+    for c in order:
+        p = parent[c]
+        if p < 0:
+            continue
+        given_p = tree_model.normalised(joints[(p, c)], np.zeros(joints[(p, c)].shape[1]))
+        for b in nbrs[p]:
+            if b != c and position[b] < position[c]:
+                bp = joints[(b, p)] if (b, p) in joints else joints[(p, b)].T
+                candidates.append((c, b))
+                scores.append(_l1(tables[(b, c)], bp @ given_p))
+    chosen: dict[int, int] = {}
+    for _ in range(mp.extras):
+        open_ = [n for n, (c, _b) in enumerate(candidates) if c not in chosen]
+        if not open_:
+            break
+        c, b = candidates[open_[_pick(source, [scores[n] for n in open_], mp)]]
+        chosen[c] = b
+    return chosen
+
+
+def measure(
+    tables: dict[tuple[int, int], np.ndarray],
+    pairs: list[tuple[int, int]],
+    mp: Plan,
+    source: noise.RandomSource,
 ) -> dict[tuple[int, int], np.ndarray]:
-    """The chosen pairs' two-way histograms on the bins plus discrete Laplace noise."""
-    if not edges:
-        return {}
-    scale = mp.pair_scale
-    sizes = [tables[e].size for e in edges]
-    draws = noise.discrete_laplace(source, scale, sum(sizes))
-    ledger.record(
-        Spend(
-            step="marginals-two-way",
-            mechanism="noisy two-way histograms of the tree's column pairs (mechanisms/pairs)",
-            epsilon=mp.pairs,
-            sensitivity=mp.sensitivity,
-            noise={
-                "distribution": "discrete Laplace",
-                "scale": float(scale),
-                "histograms": len(edges),
-                "composition": "sequential over the pairs, eps/pairs each",
-            },
-        )
-    )
+    """These pairs' two-way histograms on the bins plus discrete Laplace noise of the plan's
+    scale (the spend is recorded by `record_spends`)."""
+    sizes = [tables[e].size for e in pairs]
+    draws = noise.discrete_laplace(source, mp.pair_scale, sum(sizes))
     out, at = {}, 0
-    for e, size in zip(edges, sizes, strict=True):
+    for e, size in zip(pairs, sizes, strict=True):
         out[e] = tables[e] + draws[at : at + size].reshape(tables[e].shape)
         at += size
     return out
@@ -361,31 +441,35 @@ def build_model(
     value_bin: list[np.ndarray],
     one_way: list[np.ndarray],
     marg: list[np.ndarray],
-    noisy: dict[tuple[int, int], np.ndarray],
-    edges: list[tuple[int, int]],
-    total: float,
-    mp: Plan,
+    order: list[int],
+    parent: list[int],
+    joints: dict[tuple[int, int], np.ndarray],
+    extra: dict[tuple[int, int], np.ndarray],
 ) -> tree_model.TreeModel:
-    """The tree model from released values: fitted edge tables, conditionals, within-bin
-    value shares (post-processing)."""
-    D = len(attrs)
-    order, parent = tree_model.bfs_order(edges, D)
-    floor = FIT_FLOOR * math.sqrt(discrete_laplace_variance(mp.pair_scale)) if edges else 0.0
+    """The model from released values (post-processing): each attribute's parents and
+    P(bin | parents' bins), within-bin quantiles, copula links along tree edges."""
     quantiles = [tree_model.Quantiles.of(b, m) for b, m in zip(value_bin, one_way, strict=True)]
-    conditional, link = [], []
-    for a in range(D):
+    second = {c: b for b, c in extra}
+    parents, conditional, link = [], [], []
+    for a in range(len(attrs)):
         p = parent[a]
         if p < 0:
+            parents.append(())
             conditional.append(marg[a][None, :])
             link.append(0.0)
             continue
-        table = noisy[(p, a)] if (p, a) in noisy else noisy[(a, p)].T
-        fitted = tree_model.fit_pair(table, total * marg[p], total * marg[a], floor)
-        conditional.append(tree_model.normalised(fitted, marg[a]))
+        pc = joints[(p, a)]
         both = attrs[a].numeric and attrs[p].numeric
-        link.append(
-            tree_model.link_correlation(fitted, quantiles[p], quantiles[a]) if both else 0.0
-        )
+        link.append(tree_model.link_correlation(pc, quantiles[p], quantiles[a]) if both else 0.0)
+        if a in second:
+            b = second[a]
+            bp = joints[(b, p)] if (b, p) in joints else joints[(p, b)].T
+            joint = tree_model.fit_triple(bp, pc, extra[(b, a)])
+            parents.append((b, p))
+            conditional.append(tree_model.normalised(joint.reshape(-1, pc.shape[1]), marg[a]))
+        else:
+            parents.append((p,))
+            conditional.append(tree_model.normalised(pc, marg[a]))
     return tree_model.TreeModel(
-        attrs, d, tuple(order), tuple(parent), tuple(conditional), tuple(quantiles), tuple(link)
+        attrs, d, tuple(order), tuple(parents), tuple(conditional), tuple(quantiles), tuple(link)
     )

@@ -68,6 +68,21 @@ def fit_pair(noisy: np.ndarray, rows: np.ndarray, cols: np.ndarray, floor: float
     return table
 
 
+def fit_triple(bp: np.ndarray, pc: np.ndarray, bc: np.ndarray) -> np.ndarray:
+    """The maximum-entropy table T(b, p, c) with the three two-way margins (consistent in their
+    one-way margins): from the tree's b independent of c given p, iterative proportional fitting
+    over (b, c), (p, c), (b, p) in turn, then over (p, c) and (b, p) alone, so that the tree's
+    margins hold (they are consistent) where noise makes the three disagree. Shape (b, p, c)."""
+    given_p = pc / np.maximum(pc.sum(axis=1, keepdims=True), 1e-300)
+    table = bp[:, :, None] * given_p[None, :, :] + 1e-9
+    for i in range(IPF_ROUNDS):
+        if i < IPF_ROUNDS // 2:  # noise can make the three margins disagree: the tree's two last
+            table *= (bc / np.maximum(table.sum(axis=1), 1e-300))[:, None, :]
+        table *= (pc / np.maximum(table.sum(axis=0), 1e-300))[None, :, :]
+        table *= (bp / np.maximum(table.sum(axis=2), 1e-300))[:, :, None]
+    return table
+
+
 def allocate(group: np.ndarray, probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """A label for every row: the m rows of group g get label k floor(m p_gk) or ceil(m p_gk)
     times (systematic sampling, one uniform per group: unbiased), in a random order."""
@@ -151,8 +166,8 @@ class TreeModel:
     attributes: tuple[Attribute, ...]
     d: int  # cube columns
     order: tuple[int, ...]  # attributes, parents before children
-    parent: tuple[int, ...]  # parent attribute (-1 for a root)
-    conditional: tuple[np.ndarray, ...]  # (parent bins, bins); a root's: (1, bins)
+    parents: tuple[tuple[int, ...], ...]  # () for a root; (p,) or (b, p): p the tree parent
+    conditional: tuple[np.ndarray, ...]  # (product of parents' bins, bins); a root's (1, bins)
     quantiles: tuple[Quantiles, ...]
     link: tuple[float, ...]
 
@@ -166,9 +181,11 @@ class TreeModel:
         score = [np.zeros(n)] * len(self.attributes)  # normal score of each placed value
         out = np.zeros((n, self.d))
         for a in self.order:
-            p, r = self.parent[a], self.link[a]
-            group = bins[p] if p >= 0 else np.zeros(n, dtype=np.int64)
+            group = np.zeros(n, dtype=np.int64)
+            for p in self.parents[a]:
+                group = group * self.conditional[p].shape[1] + bins[p]
             bins[a] = allocate(group, self.conditional[a], rng)
+            p, r = (self.parents[a] or (-1,))[-1], self.link[a]
             latent = rng.standard_normal(n)
             if p >= 0 and r != 0.0:
                 latent = r * score[p] + math.sqrt(1.0 - r * r) * latent
