@@ -61,6 +61,7 @@ SELECT = Fraction(1, 10)
 CELL_NOISE = 4.0  # bins: a pair's cells hold about CELL_NOISE noise deviations each
 FIT_FLOOR = 1.0  # two-way cells below this many noise deviations are taken as empty
 MIN_BINS = 2
+ONE_WAY_KAPPA = hierarchy.KAPPA  # one-way cells below this many deviations are pruned
 SECOND_PARENTS = True  # every attribute but two gets a second parent (a triangle of pairs)
 OUTPUT_CHUNK = 1 << 16  # rows per cell of the output (all rows are alike: any split works)
 
@@ -201,7 +202,7 @@ def release_one_way(
         at += c.size
         out.append(
             hierarchy.consistent_leaf_counts(
-                [noisy], [variance], [c.size], hierarchy.KAPPA, rng
+                [noisy], [variance], [c.size], ONE_WAY_KAPPA, rng
             ).astype(np.float64)
         )
     return out
@@ -460,7 +461,7 @@ def build_model(
             continue
         pc = joints[(p, a)]
         both = attrs[a].numeric and attrs[p].numeric
-        link.append(tree_model.link_correlation(pc, quantiles[p], quantiles[a]) if both else 0.0)
+        link.append(tree_model.link_correlation(pc) if both else 0.0)
         if a in second:
             b = second[a]
             bp = joints[(b, p)] if (b, p) in joints else joints[(p, b)].T

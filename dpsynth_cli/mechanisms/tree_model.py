@@ -31,15 +31,21 @@ from scipy.special import ndtri
 from dpsynth_cli.mechanisms.attributes import Attribute
 
 IPF_ROUNDS = 60
+LINK_MAX = 0.995
+TAIL_SHARE = 0.0  # of a number's bins spread evenly over its released support
 
 
 def quantile_bins(mass: np.ndarray, bins: int) -> np.ndarray:
-    """Contiguous groups of cells with about equal mass (released values): cell -> bin, bins
-    numbered 0.. in order. A cell heavier than 1/bins of the total is a bin of its own."""
+    """Contiguous groups of cells (released values): cell -> bin, numbered 0.. in order. Bins
+    hold about equal shares of a mixture: the mass, and (TAIL_SHARE) the span of cells with
+    mass, so a long thin tail, where a number's variance and correlations live, keeps bins of
+    its own. A cell heavier than 1/bins of the mixture is a bin of its own."""
     total = float(mass.sum())
     if total <= 0 or bins >= mass.size:
         return np.arange(mass.size) * min(bins, mass.size) // mass.size
-    centre = (np.cumsum(mass) - mass / 2) / total
+    support = (mass > 0).astype(np.float64)
+    weight = (1 - TAIL_SHARE) * mass / total + TAIL_SHARE * support / support.sum()
+    centre = np.cumsum(weight) - weight / 2
     raw = np.minimum((centre * bins).astype(np.int64), bins - 1)
     return np.unique(raw, return_inverse=True)[1].astype(np.int64)
 
@@ -196,21 +202,36 @@ class TreeModel:
         return out
 
 
-def link_correlation(table: np.ndarray, rows: Quantiles, cols: Quantiles) -> float:
-    """Pearson correlation of the bins' normal scores (mid-quantiles) under a fitted table."""
+def _scores(p: np.ndarray) -> tuple[np.ndarray, float]:
+    """The bins' normal scores (at their mid-quantiles under the bin probabilities p) and the
+    attenuation corr(Z, score(Z)) of a standard normal Z binned at the bins' quantiles."""
+    edges = np.concatenate([[0.0], np.cumsum(p)])
+    z = ndtri(np.clip(edges, 1e-12, 1 - 1e-12))
+    s = ndtri(np.clip((edges[:-1] + edges[1:]) / 2, 1e-9, 1 - 1e-9))
+    mean = p @ s
+    var = p @ (s - mean) ** 2
+    density = np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+    cov = s @ (density[:-1] - density[1:])  # E[Z score(Z)]
+    return s, (cov / math.sqrt(var) if var > 0 else 0.0)
+
+
+def link_correlation(table: np.ndarray) -> float:
+    """The Gaussian copula correlation behind a fitted table of two numbers' bins: the
+    correlation of the bins' normal scores, divided by what binning a bivariate normal
+    attenuates it by (corr(Z, score(Z)) for each side; the first Hermite term), so that rows
+    keep the measured dependence below the bins' resolution."""
     total = table.sum()
     if total <= 0:
         return 0.0
-    x = ndtri(np.clip((rows.cdf[rows.lo] + rows.cdf[rows.hi]) / 2, 1e-9, 1 - 1e-9))
-    y = ndtri(np.clip((cols.cdf[cols.lo] + cols.cdf[cols.hi]) / 2, 1e-9, 1 - 1e-9))
     p = table / total
     px, py = p.sum(axis=1), p.sum(axis=0)
+    (x, ax), (y, ay) = _scores(px), _scores(py)
     mx, my = px @ x, py @ y
     cov = x @ p @ y - mx * my
     vx, vy = px @ (x - mx) ** 2, py @ (y - my) ** 2
-    if vx <= 0 or vy <= 0:
+    if vx <= 0 or vy <= 0 or ax <= 0 or ay <= 0:
         return 0.0
-    return float(np.clip(cov / math.sqrt(vx * vy), -0.999, 0.999))
+    return float(np.clip(cov / math.sqrt(vx * vy) / (ax * ay), -LINK_MAX, LINK_MAX))
 
 
 def bfs_order(edges: list[tuple[int, int]], k: int, root: int = 0) -> tuple[list[int], list[int]]:
