@@ -89,6 +89,15 @@ def fit_triple(bp: np.ndarray, pc: np.ndarray, bc: np.ndarray) -> np.ndarray:
     return table
 
 
+def _grouped(group: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """`order` (a permutation of the rows) regrouped by `group`, keeping its order inside
+    each group (a stable sort of 16-bit keys is a radix sort: linear time)."""
+    keys = group[order]
+    if keys.size and keys.max() < 1 << 15:
+        keys = keys.astype(np.int16)
+    return order[np.argsort(keys, kind="stable")]
+
+
 def allocate(group: np.ndarray, probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """A label for every row: the m rows of group g get label k floor(m p_gk) or ceil(m p_gk)
     times (systematic sampling, one uniform per group: unbiased), in a random order."""
@@ -98,7 +107,7 @@ def allocate(group: np.ndarray, probs: np.ndarray, rng: np.random.Generator) -> 
     edges[:, -1] = m
     counts = np.diff(edges, axis=1, prepend=0.0).astype(np.int64)
     labels = np.repeat(np.tile(np.arange(K), G), counts.ravel())
-    order = np.lexsort((rng.random(group.size), group))
+    order = _grouped(group, rng.permutation(group.size))
     out = np.empty(group.size, dtype=np.int64)
     out[order] = labels
     return out
@@ -151,7 +160,7 @@ def within_bin_ranks(bins: np.ndarray, latent: np.ndarray, rng: np.random.Genera
     """u in (0, 1) for every row: its rank by `latent` among the rows of its bin, stratified
     (the m rows of a bin get one point in each 1/m of it)."""
     n = bins.size
-    order = np.lexsort((latent, bins))
+    order = _grouped(bins, np.argsort(latent))
     counts = np.bincount(bins)
     start = np.cumsum(counts) - counts
     rank = np.empty(n)
