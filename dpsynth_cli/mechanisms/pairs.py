@@ -56,13 +56,17 @@ from dpsynth_cli.mechanisms.base import MechanismRun, Output, discrete_laplace_v
 from dpsynth_cli.privacy import noise
 from dpsynth_cli.privacy.ledger import EPS_GRID, Ledger, Spend, histogram_sensitivity
 
-ONE_WAY = Fraction(3, 10)  # shares of the mechanism's epsilon (measured: docs/benchmarks.md)
+ONE_WAY = Fraction(2, 5)  # shares of the mechanism's epsilon (measured: docs/benchmarks.md)
 SELECT = Fraction(1, 10)
 CELL_NOISE = 4.0  # bins: a pair's cells hold about CELL_NOISE noise deviations each
 FIT_FLOOR = 1.0  # two-way cells below this many noise deviations are taken as empty
 MIN_BINS = 2
 ONE_WAY_KAPPA = hierarchy.KAPPA  # one-way cells below this many deviations are pruned
-SECOND_PARENTS = True  # every attribute but two gets a second parent (a triangle of pairs)
+# Every attribute but two gets a second parent (a triangle of pairs) when the bins of the pairs
+# measured then stay at least this many per attribute; else the tree alone.
+SECOND_PARENT_BINS = 4
+LINK_BINS = 4  # a copula link needs at least this many bins on both sides
+LEVEL_KAPPA = 1.0  # level columns' one-way cells are pruned below this many deviations
 OUTPUT_CHUNK = 1 << 16  # rows per cell of the output (all rows are alike: any split works)
 
 
@@ -133,12 +137,18 @@ def plan(epsilon: Fraction, noisy_n: int, rows: Rows, relation: str) -> Plan:
     signal = float(one_way) / max(count, 1) * max(noisy_n, 1) / sens
     attrs = attributes(rows.d, rows.lead, rows.codes, rows.flagged, signal)
     pairs = epsilon - one_way - select
-    extras = max(count - 2, 0) if SECOND_PARENTS else 0
-    bins = MIN_BINS
-    if count > 1:
-        scale = noise.as_scale(sens * (count - 1 + extras) / pairs)
+
+    def bins_for(measurements: int) -> int:
+        scale = noise.as_scale(sens * measurements / pairs)
         cells = max(noisy_n, 1) / (CELL_NOISE * math.sqrt(discrete_laplace_variance(scale)))
-        bins = int(min(max(math.isqrt(int(cells)), MIN_BINS), 64))
+        return int(min(max(math.isqrt(int(cells)), MIN_BINS), 64))
+
+    extras, bins = 0, MIN_BINS
+    if count > 1:
+        extras = max(count - 2, 0)
+        bins = bins_for(count - 1 + extras)
+        if bins < SECOND_PARENT_BINS:  # too little signal for triangles: the tree alone
+            extras, bins = 0, bins_for(count - 1)
     return Plan(epsilon, one_way, select, pairs, sens, attrs, bins, extras)
 
 
@@ -174,11 +184,10 @@ class PairCounts:
         return self
 
 
-def release_one_way(
-    counts: list[np.ndarray], mp: Plan, source: noise.RandomSource, ledger: Ledger, rng
+def measure_one_way(
+    counts: list[np.ndarray], mp: Plan, source: noise.RandomSource, ledger: Ledger
 ) -> list[np.ndarray]:
-    """Noisy one-way histograms (spend recorded), pruned and made non-negative integers that
-    sum to their noisy total (`hierarchy.consistent_leaf_counts`, post-processing)."""
+    """The one-way histograms plus discrete Laplace noise (spend recorded)."""
     scale = mp.one_way_scale
     draws = noise.discrete_laplace(source, scale, sum(c.size for c in counts))
     ledger.record(
@@ -195,17 +204,61 @@ def release_one_way(
             },
         )
     )
-    variance = discrete_laplace_variance(scale)
-    out, at = [], 0
-    for c in counts:
-        noisy = (c + draws[at : at + c.size]).astype(np.float64)
-        at += c.size
-        out.append(
-            hierarchy.consistent_leaf_counts(
-                [noisy], [variance], [c.size], ONE_WAY_KAPPA, rng
-            ).astype(np.float64)
+    ends = np.cumsum([c.size for c in counts])[:-1]
+    return [c + z for c, z in zip(counts, np.split(draws, ends), strict=True)]
+
+
+def consistent_one_way(
+    noisy: list[np.ndarray], mp: Plan, rng: np.random.Generator
+) -> list[np.ndarray]:
+    """Noisy one-way histograms pruned (cells below kappa deviations) and made non-negative
+    integers that sum to their noisy total (`hierarchy.consistent_leaf_counts`)."""
+    variance = discrete_laplace_variance(mp.one_way_scale)
+    out = []
+    for a, h in zip(mp.attributes, noisy, strict=True):
+        kappa = ONE_WAY_KAPPA if a.numeric else LEVEL_KAPPA
+        leaves = hierarchy.consistent_leaf_counts(
+            [h.astype(np.float64)], [variance], [h.size], kappa, rng
         )
+        out.append(leaves.astype(np.float64))
     return out
+
+
+def combined_marginals(
+    noisy_one_way: list[np.ndarray],
+    value_bin: list[np.ndarray],
+    k: list[int],
+    measured: dict[tuple[int, int], np.ndarray],
+    mp: Plan,
+) -> list[np.ndarray]:
+    """Each attribute's bin probabilities: the inverse-variance mix of its noisy one-way
+    histogram summed into bins and the row (column) sums of every noisy two-way table it is
+    in (independent noise, so this is the least-squares estimate from them), clipped at 0."""
+    v1 = discrete_laplace_variance(mp.one_way_scale)
+    v2 = discrete_laplace_variance(mp.pair_scale) if mp.edges else 0.0
+    out = []
+    for a, (h, b) in enumerate(zip(noisy_one_way, value_bin, strict=True)):
+        width = np.bincount(b, minlength=k[a])
+        num = np.bincount(b, weights=h, minlength=k[a]) / (width * v1)
+        den = 1.0 / (width * v1)
+        for (x, y), t in measured.items():
+            if a in (x, y):
+                sums, other = (t.sum(axis=1), t.shape[1]) if x == a else (t.sum(axis=0), t.shape[0])
+                num, den = num + sums / (other * v2), den + 1.0 / (other * v2)
+        m = np.maximum(num / den, 0.0)
+        out.append(m / m.sum() if m.sum() > 0 else np.full(k[a], 1.0 / k[a]))
+    return out
+
+
+def fit_pairs(
+    noisy: dict[tuple[int, int], np.ndarray], marg: list[np.ndarray], total: float, mp: Plan
+) -> dict[tuple[int, int], np.ndarray]:
+    """Every noisy two-way table fitted to the marginals of its two attributes."""
+    floor = FIT_FLOOR * math.sqrt(discrete_laplace_variance(mp.pair_scale))
+    return {
+        e: tree_model.fit_pair(t, total * marg[e[0]], total * marg[e[1]], floor)
+        for e, t in noisy.items()
+    }
 
 
 def value_bins(attr: Attribute, mass: np.ndarray, bins: int) -> np.ndarray:
@@ -248,31 +301,24 @@ def run(
     mp = plan(epsilon, noisy_rows, X, relation)
     attrs = mp.attributes
     stats = X.collect(partial(PairCounts, attrs))
-    one_way = release_one_way(stats.one_way, mp, source.spawn("one-way"), ledger, rng)
+    noisy_one_way = measure_one_way(stats.one_way, mp, source.spawn("one-way"), ledger)
+    one_way = consistent_one_way(noisy_one_way, mp, rng)
     value_bin = [value_bins(a, m, mp.bins) for a, m in zip(attrs, one_way, strict=True)]
     k = [int(b.max()) + 1 for b in value_bin]
     total = max(float(noisy_rows), 1.0)
-    marg = []
-    for m, b, kk in zip(one_way, value_bin, k, strict=True):
-        p = np.bincount(b, weights=m, minlength=kk)
-        marg.append(p / p.sum() if p.sum() > 0 else np.full(kk, 1.0 / kk))
+    marg = combined_marginals(noisy_one_way, value_bin, k, {}, mp)
     tables = binned_tables(stats.two_way, attrs, value_bin, k)
     record_spends(mp, ledger)
     select_source, measure_source = source.spawn("select"), source.spawn("two-way")
     edges = select_tree(tables, marg, total, mp, select_source)
     order, parent = tree_model.bfs_order(edges, len(attrs))
     noisy = measure(tables, [(parent[a], a) for a in order if parent[a] >= 0], mp, measure_source)
-    floor = FIT_FLOOR * math.sqrt(discrete_laplace_variance(mp.pair_scale)) if edges else 0.0
-    joints = {
-        e: tree_model.fit_pair(t, total * marg[e[0]], total * marg[e[1]], floor)
-        for e, t in noisy.items()
-    }
+    marg = combined_marginals(noisy_one_way, value_bin, k, noisy, mp)
+    joints = fit_pairs(noisy, marg, total, mp)
     seconds = select_seconds(tables, joints, order, parent, mp, select_source)
     extra = measure(tables, [(b, c) for c, b in seconds.items()], mp, measure_source)
-    extra = {
-        e: tree_model.fit_pair(t, total * marg[e[0]], total * marg[e[1]], floor)
-        for e, t in extra.items()
-    }
+    marg = combined_marginals(noisy_one_way, value_bin, k, {**noisy, **extra}, mp)
+    joints, extra = fit_pairs(noisy, marg, total, mp), fit_pairs(extra, marg, total, mp)
     model = build_model(attrs, X.d, value_bin, one_way, marg, order, parent, joints, extra)
     want = max(int(noisy_rows), 0) if rows is None else int(rows)
     sizes = np.full(want // OUTPUT_CHUNK, OUTPUT_CHUNK, dtype=np.int64)
@@ -460,7 +506,7 @@ def build_model(
             link.append(0.0)
             continue
         pc = joints[(p, a)]
-        both = attrs[a].numeric and attrs[p].numeric
+        both = attrs[a].numeric and attrs[p].numeric and min(pc.shape) >= LINK_BINS
         link.append(tree_model.link_correlation(pc) if both else 0.0)
         if a in second:
             b = second[a]
