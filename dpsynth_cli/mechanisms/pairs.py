@@ -254,6 +254,8 @@ def fit_pairs(
     noisy: dict[tuple[int, int], np.ndarray], marg: list[np.ndarray], total: float, mp: Plan
 ) -> dict[tuple[int, int], np.ndarray]:
     """Every noisy two-way table fitted to the marginals of its two attributes."""
+    if not noisy:
+        return {}
     floor = FIT_FLOOR * math.sqrt(discrete_laplace_variance(mp.pair_scale))
     return {
         e: tree_model.fit_pair(t, total * marg[e[0]], total * marg[e[1]], floor)
@@ -328,7 +330,7 @@ def run(
         **mp.to_json(),
         "bins": k,
         "tree_edges": [[parent[a], a] for a in order if parent[a] >= 0],
-        "second_parents": [[b, c] for c, b in seconds.items()],
+        "second_parent_edges": [[b, c] for c, b in seconds.items()],
     }
     return MechanismRun(
         output=Output(sizes, model, rng, X.d),
@@ -473,6 +475,8 @@ def measure(
 ) -> dict[tuple[int, int], np.ndarray]:
     """These pairs' two-way histograms on the bins plus discrete Laplace noise of the plan's
     scale (the spend is recorded by `record_spends`)."""
+    if not pairs:
+        return {}
     sizes = [tables[e].size for e in pairs]
     draws = noise.discrete_laplace(source, mp.pair_scale, sum(sizes))
     out, at = {}, 0

@@ -211,36 +211,52 @@ class TreeModel:
         return out
 
 
-def _scores(p: np.ndarray) -> tuple[np.ndarray, float]:
-    """The bins' normal scores (at their mid-quantiles under the bin probabilities p) and the
-    attenuation corr(Z, score(Z)) of a standard normal Z binned at the bins' quantiles."""
+HERMITE_TERMS = 16
+
+
+def _scores(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The bins' normal scores s (mid-quantiles under bin probabilities p) and the Hermite
+    coefficients c_k = E[s(Z) He_k(Z)], k = 1..HERMITE_TERMS, of a standard normal Z binned at
+    the bins' quantiles (the integral of He_k phi over a bin is a difference of He_(k-1) phi at
+    its edges)."""
     edges = np.concatenate([[0.0], np.cumsum(p)])
     z = ndtri(np.clip(edges, 1e-12, 1 - 1e-12))
     s = ndtri(np.clip((edges[:-1] + edges[1:]) / 2, 1e-9, 1 - 1e-9))
-    mean = p @ s
-    var = p @ (s - mean) ** 2
     density = np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
-    cov = s @ (density[:-1] - density[1:])  # E[Z score(Z)]
-    return s, (cov / math.sqrt(var) if var > 0 else 0.0)
+    c, previous, current = [], np.zeros_like(z), np.ones_like(z)  # He_(k-2), He_(k-1)
+    for k in range(1, HERMITE_TERMS + 1):
+        at_edges = current * density
+        c.append(s @ (at_edges[:-1] - at_edges[1:]))
+        previous, current = current, z * current - (k - 1) * previous
+    return s, np.array(c)
 
 
 def link_correlation(table: np.ndarray) -> float:
-    """The Gaussian copula correlation behind a fitted table of two numbers' bins: the
-    correlation of the bins' normal scores, divided by what binning a bivariate normal
-    attenuates it by (corr(Z, score(Z)) for each side; the first Hermite term), so that rows
-    keep the measured dependence below the bins' resolution."""
+    """The Gaussian copula correlation r behind a fitted table of two numbers' bins: for a
+    bivariate normal binned at the bins' quantiles the covariance of the normal scores is
+    sum_k r^k c_k(x) c_k(y) / k! (Mehler's expansion), so r solves that for the table's
+    covariance (bisection; the sum increases in r for comonotone scores). Rows then keep the
+    measured dependence below the bins' resolution."""
     total = table.sum()
     if total <= 0:
         return 0.0
     p = table / total
     px, py = p.sum(axis=1), p.sum(axis=0)
-    (x, ax), (y, ay) = _scores(px), _scores(py)
-    mx, my = px @ x, py @ y
-    cov = x @ p @ y - mx * my
-    vx, vy = px @ (x - mx) ** 2, py @ (y - my) ** 2
-    if vx <= 0 or vy <= 0 or ax <= 0 or ay <= 0:
-        return 0.0
-    return float(np.clip(cov / math.sqrt(vx * vy) / (ax * ay), -LINK_MAX, LINK_MAX))
+    (x, cx), (y, cy) = _scores(px), _scores(py)
+    cov = x @ p @ y - (px @ x) * (py @ y)
+    terms = cx * cy / np.cumprod(np.arange(1.0, HERMITE_TERMS + 1))
+    powers = np.arange(1, HERMITE_TERMS + 1)
+
+    def model(r: float) -> float:
+        return float(terms @ r**powers)
+
+    lo, hi = -LINK_MAX, LINK_MAX
+    if cov >= model(hi) or cov <= model(lo):
+        return hi if cov >= model(hi) else lo
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if model(mid) < cov else (lo, mid)
+    return (lo + hi) / 2
 
 
 def bfs_order(edges: list[tuple[int, int]], k: int, root: int = 0) -> tuple[list[int], list[int]]:

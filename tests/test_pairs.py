@@ -1,0 +1,405 @@
+"""The marginals mechanism (mechanisms/pairs, attributes, tree_model): its ledger, its pieces
+against oracles, and privacy audits of each measurement with a mutant the audit must catch."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from dataclasses import replace
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from scipy.optimize import minimize
+from scipy.stats import chisquare
+
+from dpsynth_cli.engine.rows import as_rows
+from dpsynth_cli.mechanisms import pairs, tree_model
+from dpsynth_cli.mechanisms.attributes import Attribute, attributes
+from dpsynth_cli.privacy import noise
+from dpsynth_cli.privacy.ledger import Ledger
+from tests.audit import audit
+from tests.test_privacy_audits import report, stream
+
+
+def mixed_rows(n: int, seed: int = 0):
+    """n rows of the cube of a table with a 3-level category (4 slots), a nullable float
+    (flag + value) and two dependent floats, with its public facts."""
+    rng = np.random.default_rng(seed)
+    level = rng.integers(0, 3, n)
+    slot = -(-level * 4 // 3)
+    x = np.clip(rng.normal(0.3 + 0.2 * level, 0.1, n), 0, 1)
+    y = np.clip(x + rng.normal(0, 0.05, n), 0, 1)
+    missing = rng.random(n) < 0.2
+    z = np.where(missing, 0.0, rng.random(n))
+    X = np.column_stack([(slot + 0.5) / 4, np.where(missing, 0.75, 0.25), x, y, z])
+    rows = as_rows(X)
+    return replace(rows, lead=(2, 1), flagged=((4, 1),), codes=(3, 2, 0, 0, 0))
+
+
+def run(rows, epsilon=Fraction(1), relation="add-remove", noisy_rows=None, out_rows=None):
+    ledger = Ledger(epsilon, relation)
+    source = noise.RandomSource.seeded(1)
+    n = noisy_rows if noisy_rows is not None else 2000
+    result = pairs.run(
+        rows,
+        epsilon=epsilon,
+        noisy_rows=n,
+        relation=relation,
+        source=source,
+        ledger=ledger,
+        rng=np.random.default_rng(2),
+        rows=out_rows,
+    )
+    return result, ledger
+
+
+@pytest.mark.parametrize("relation", ["add-remove", "replace"])
+@pytest.mark.parametrize("n", [50, 2000, 200000])
+def test_spends_sum_to_epsilon_exactly(relation, n):
+    result, ledger = run(mixed_rows(2000), Fraction(7, 10), relation, noisy_rows=n)
+    steps = [s.step for s in ledger.spends]
+    assert steps == ["marginals-one-way", "marginals-select", "marginals-two-way"]
+    assert ledger.pure_spent == Fraction(7, 10)  # exactly, in rational arithmetic
+    assert all(s.sensitivity == (1 if relation == "add-remove" else 2) for s in ledger.spends)
+    plan = result.description
+    assert len(plan["second_parent_edges"]) == plan["second_parents"]
+    if n != 2000:  # 4 attributes: D - 2 triangles with signal, the tree alone without
+        assert plan["second_parents"] == (2 if n > 2000 else 0)
+
+
+def test_one_column_spends_everything_on_its_histogram():
+    rows = replace(as_rows(np.random.default_rng(0).random((500, 1))), codes=(0,))
+    result, ledger = run(rows, Fraction(1, 2))
+    assert [s.step for s in ledger.spends] == ["marginals-one-way"]
+    assert ledger.pure_spent == Fraction(1, 2)
+    assert result.points.shape == (2000, 1)
+
+
+def test_selection_rounds_spend_the_selection_share(monkeypatch):
+    """Every permute-and-flip round runs at the plan's per-round epsilon and there are as many
+    as the plan's measurements (tree edges and second parents), so they sum to the share."""
+    calls = []
+    real = noise.permute_and_flip
+
+    def spy(source, scores, epsilon, sensitivity):
+        calls.append(epsilon)
+        return real(source, scores, epsilon, sensitivity)
+
+    monkeypatch.setattr(noise, "permute_and_flip", spy)
+    result, ledger = run(mixed_rows(3000))
+    select = next(s for s in ledger.spends if s.step == "marginals-select")
+    assert len(calls) == 3 + 2  # 4 attributes: 3 tree edges, 2 second parents
+    assert sum(calls, Fraction(0)) == select.epsilon
+
+
+def test_output_rows_follow_the_count_or_rows():
+    result, _ = run(mixed_rows(1000), noisy_rows=1234)
+    assert result.output.rows == 1234
+    assert result.points.shape == (1234, 5)
+    result, _ = run(mixed_rows(1000), out_rows=70000)  # more than one output chunk
+    assert result.output.rows == 70000
+    assert sum(b.shape[0] for b in result.output.batches(30000)) == 70000
+    result, _ = run(mixed_rows(1000), noisy_rows=-3)
+    assert result.output.rows == 0 and result.points.shape == (0, 5)
+
+
+def test_output_keeps_levels_flags_and_dependence():
+    rows = mixed_rows(20000)
+    result, _ = run(rows, Fraction(4), noisy_rows=20000)
+    Y = result.points
+    slots = np.floor(Y[:, 0] * 4)
+    assert set(np.unique(slots)) <= {0.0, 2.0, 3.0}  # the first slot of each level only
+    assert set(np.unique(Y[:, 1])) <= {0.25, 0.75}
+    assert (Y[Y[:, 1] == 0.75, 4] == 0).all()  # a missing value sits at 0 (`Domain.to_cube`)
+    X = rows.source.X
+    for j in (1, 2, 3):  # one-way shares and means close (eps 4, n 20000)
+        assert abs(Y[:, j].mean() - X[:, j].mean()) < 0.02
+    real = np.corrcoef(X[:, 2], X[:, 3])[0, 1]
+    assert abs(np.corrcoef(Y[:, 2], Y[:, 3])[0, 1] - real) < 0.05
+
+
+@pytest.mark.parametrize(
+    "attr",
+    [
+        Attribute(0, "level", 3, slots=4),
+        Attribute(0, "code", 5, codes=5),
+        Attribute(1, "cell", 8, flag=0),
+        Attribute(0, "cell", 16),
+    ],
+    ids=["level", "code", "cell with missing", "cell"],
+)
+def test_attribute_values_round_trip(attr):
+    rng = np.random.default_rng(0)
+    values = rng.integers(0, attr.values, 1000)
+    out = np.zeros((1000, 2))
+    attr.write(out, values, rng.random(1000))
+    assert (attr.encode(out) == values).all()
+    cells = attr.pair_map()[values]
+    assert cells.max() < attr.pair_cells
+
+
+def test_attributes_from_public_facts():
+    attrs = attributes(5, (2, 1), (3, 2, 0, 12, 0), ((4, 1),), signal=400.0)
+    assert [(a.column, a.kind, a.values) for a in attrs] == [
+        (0, "level", 3),
+        (2, "cell", 32),  # 1.25 sqrt(400) = 25 -> 32 cells
+        (3, "code", 12),
+        (4, "cell", 33),  # and its missing value
+    ]
+
+
+def test_allocate_gives_floor_or_ceil_and_is_unbiased():
+    rng = np.random.default_rng(0)
+    group = rng.integers(0, 3, 1000)
+    probs = rng.dirichlet(np.ones(5), size=3)
+    m = np.bincount(group, minlength=3)
+    mean = np.zeros((3, 5))
+    for _ in range(400):
+        labels = tree_model.allocate(group, probs, rng)
+        counts = np.zeros((3, 5))
+        np.add.at(counts, (group, labels), 1)
+        expected = m[:, None] * probs
+        assert (counts >= np.floor(expected) - 1e-9).all()
+        assert (counts <= np.ceil(expected) + 1e-9).all()
+        mean += counts / 400
+    assert np.abs(mean - m[:, None] * probs).max() < 0.1  # systematic sampling is unbiased
+
+
+def test_fit_pair_matches_its_margins():
+    rng = np.random.default_rng(1)
+    noisy = rng.normal(20, 15, (4, 6))
+    rows, cols = rng.dirichlet(np.ones(4)) * 500, rng.dirichlet(np.ones(6)) * 500
+    table = tree_model.fit_pair(noisy, rows, cols, floor=10.0)
+    assert (table >= 0).all()
+    np.testing.assert_allclose(table.sum(axis=1), rows, rtol=1e-6)
+    np.testing.assert_allclose(table.sum(axis=0), cols, rtol=1e-6)
+
+
+def max_entropy_oracle(bp, pc, bc):
+    """Independent solver: the maximum-entropy table with the three margins is the log-linear
+    table exp(l_bp + l_pc + l_bc) minimising the convex dual sum(table) - <l, margins>; solved
+    with L-BFGS over the l's (no IPF)."""
+    kb, kp, kc = bp.shape[0], bp.shape[1], pc.shape[1]
+    sizes = (kb * kp, kp * kc, kb * kc)
+
+    def table(theta):
+        a, b, c = np.split(theta, np.cumsum(sizes)[:-1])
+        return np.exp(a.reshape(kb, kp, 1) + b.reshape(1, kp, kc) + c.reshape(kb, 1, kc))
+
+    def dual(theta):
+        t = table(theta)
+        margins = np.concatenate([t.sum(2).ravel(), t.sum(0).ravel(), t.sum(1).ravel()])
+        target = np.concatenate([bp.ravel(), pc.ravel(), bc.ravel()])
+        return t.sum() - theta @ target, margins - target
+
+    result = minimize(
+        dual,
+        np.zeros(sum(sizes)),
+        jac=True,
+        method="L-BFGS-B",
+        options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 10000},
+    )
+    return table(result.x)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_fit_triple_is_the_maximum_entropy_table(seed):
+    """Margins of a random 3 x 2 x 3 table: IPF's table is the brute-force maximiser."""
+    joint = np.random.default_rng(seed).dirichlet(np.ones(18)).reshape(3, 2, 3)
+    bp, pc, bc = joint.sum(2), joint.sum(0), joint.sum(1)
+    fitted = tree_model.fit_triple(bp, pc, bc)
+    np.testing.assert_allclose(fitted, max_entropy_oracle(bp, pc, bc), atol=2e-4)
+
+
+def test_tree_model_draws_its_tables():
+    """Rows drawn from a two-attribute model have the fitted joint as their pair table."""
+    a, b = Attribute(0, "code", 3, codes=3), Attribute(1, "code", 4, codes=4)
+    joint = np.random.default_rng(3).dirichlet(np.ones(12)).reshape(3, 4)
+    q = [tree_model.Quantiles.of(np.arange(k), np.ones(k)) for k in (3, 4)]
+    model = tree_model.TreeModel(
+        (a, b),
+        2,
+        (0, 1),
+        ((), (0,)),
+        (joint.sum(1)[None, :], joint / joint.sum(1, keepdims=True)),
+        tuple(q),
+        (0.0, 0.0),
+    )
+    Y = model(np.arange(1), np.array([60000]), np.random.default_rng(4))
+    counts = np.zeros((3, 4))
+    np.add.at(counts, (a.encode(Y), b.encode(Y)), 1)
+    np.testing.assert_allclose(counts / 60000, joint, atol=0.006)
+
+
+def test_link_correlation_undoes_binning():
+    """A bivariate normal with r = 0.9 in 8 x 8 quantile bins: the link is close to 0.9."""
+    rng = np.random.default_rng(5)
+    z = rng.multivariate_normal([0, 0], [[1, 0.9], [0.9, 1]], 400000)
+    edges = np.quantile(z, np.linspace(0, 1, 9)[1:-1], axis=0)
+    bx, by = np.searchsorted(edges[:, 0], z[:, 0]), np.searchsorted(edges[:, 1], z[:, 1])
+    table = np.zeros((8, 8))
+    np.add.at(table, (bx, by), 1)
+    binned = np.corrcoef(bx, by)[0, 1]
+    assert binned < 0.88  # binning attenuates
+    assert abs(tree_model.link_correlation(table) - 0.9) < 0.02
+
+
+# -- permute-and-flip -----------------------------------------------------------------------
+
+
+def pf_exact(scores, epsilon, sensitivity):
+    """Exact permute-and-flip probabilities by enumerating the orders."""
+    q = np.asarray(scores, dtype=float)
+    accept = np.exp(float(epsilon) * (q - q.max()) / (2 * sensitivity))
+    out = np.zeros(q.size)
+    orders = list(itertools.permutations(range(q.size)))
+    for order in orders:
+        go_on = 1.0
+        for i in order:
+            out[i] += go_on * accept[i] / len(orders)
+            go_on *= 1 - accept[i]
+    return out
+
+
+def test_permute_and_flip_has_its_distribution():
+    scores, eps = [10, 8, 3, 9], Fraction(1)
+    source = noise.RandomSource.seeded(7)
+    picks = [noise.permute_and_flip(source, np.array(scores), eps, 1) for _ in range(20000)]
+    observed = np.bincount(picks, minlength=4)
+    _, p = chisquare(observed, 20000 * pf_exact(scores, eps, 1))
+    assert p > 1e-3
+
+
+def forgot_the_two(mp: pytest.MonkeyPatch) -> None:
+    """Mutant: acceptance exp(eps (q - q*) / sensitivity) (the exponential mechanism's factor 2
+    dropped), which is 2 eps-DP for scores that can move in both directions."""
+    real = noise.permute_and_flip
+
+    def mutant(source, scores, epsilon, sensitivity):
+        return real(source, scores, 2 * Fraction(epsilon), sensitivity)
+
+    mp.setattr(noise, "permute_and_flip", mutant)
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("variant", ["correct", "factor 2 dropped"])
+def test_permute_and_flip_audit(variant, monkeypatch):
+    """Neighbouring score vectors (1, 0) and (0, 1) (each score moved by the sensitivity): the
+    audited epsilon stays below eps = 1 (exact: log(2 e^(1/2) - 1) = 0.83); the mutant's
+    (log(2 e - 1) = 1.49) is caught."""
+    if variant != "correct":
+        forgot_the_two(monkeypatch)
+    eps, runs = Fraction(1), 10000
+    start = time.perf_counter()
+    sides = []
+    for name, scores in (("a", [1, 0]), ("b", [0, 1])):
+        source = stream(f"pf/{variant}/{name}")
+        sides.append(
+            np.array(
+                [noise.permute_and_flip(source, np.array(scores), eps, 1) for _ in range(runs)]
+            )
+        )
+    result = audit(sides[0], sides[1], names=["choice"])
+    report(f"permute-and-flip eps=1 {variant}", result, time.perf_counter() - start)
+    if variant == "correct":
+        result.assert_within(eps)
+        assert result.epsilon_lower > 0.6
+    else:
+        result.assert_exceeds(eps)
+
+
+# -- audits of the measurements on neighbouring tables ----------------------------------------
+
+AUDIT_EPS = Fraction(6)
+AUDIT_RUNS = 10000
+
+
+def audit_tables():
+    """X (40 rows: a 3-level category and two integer columns of 4 codes: small histograms,
+    fast runs) and X' = X plus one row, in the cube."""
+    rows = mixed_rows(40, seed=9)
+    X = rows.source.X[:, [0, 2, 3]]
+    added = np.array([[0.125, 0.95, 0.05]])  # level 0, far corner
+    plain = replace(as_rows(X), lead=(2,), codes=(3, 4, 4))
+    return plain, replace(plain, source=type(plain.source)(np.vstack([X, added]))), added
+
+
+def off_by_one(mp: pytest.MonkeyPatch, what: str) -> None:
+    """Mutant: the one-way (or two-way) noise calibrated for one histogram fewer than it
+    measures, the realistic composition bug (D - 1 for D, or the tree's edges without the
+    second parents)."""
+    if what == "one-way":
+        wrong = property(
+            lambda p: noise.as_scale(Fraction(p.sensitivity * (len(p.attributes) - 1)) / p.one_way)
+        )
+        mp.setattr(pairs.Plan, "one_way_scale", wrong)
+    else:
+        wrong = property(
+            lambda p: noise.as_scale(Fraction(p.sensitivity * (p.measurements - 1)) / p.pairs)
+        )
+        mp.setattr(pairs.Plan, "pair_scale", wrong)
+
+
+def measurement_samples(step: str, variant: str):
+    """Statistic per run: over every histogram the step measures, the least excess of the
+    noisy count in the added row's cell over X's true count (its threshold events have
+    likelihood ratio e^(eps of the step) between X and X'). Two-way tables on 2 public bins
+    per attribute, the 3 pairs of a 3-attribute plan (2 tree edges, 1 second parent)."""
+    rows, neighbour, added = audit_tables()
+    plan = pairs.plan(AUDIT_EPS, 2000, rows, "add-remove")
+    assert plan.measurements == 3
+    attrs = plan.attributes
+    value_bin = [np.arange(a.values) * 2 // a.values for a in attrs]
+    measured = [(0, 1), (1, 2), (0, 2)]
+    cell = [a.encode(added)[0] for a in attrs]
+
+    def statistics(data):
+        counts = data.collect(lambda: pairs.PairCounts(attrs))
+        tables = pairs.binned_tables(counts.two_way, attrs, value_bin, [2, 2, 2])
+        return counts.one_way, {e: tables[e] for e in measured}
+
+    base_one, base_two = statistics(rows)
+    bins = [b[c] for b, c in zip(value_bin, cell, strict=True)]
+    out = []
+    for side, data in (("X", rows), ("X'", neighbour)):
+        one_way, two_way = statistics(data)
+        src = stream(f"pairs/{step}/{variant}/{side}")
+        runs = []
+        for _ in range(AUDIT_RUNS):
+            if step == "one-way":
+                noisy = pairs.measure_one_way(one_way, plan, src, Ledger(AUDIT_EPS))
+                excess = [h[c] - b[c] for h, b, c in zip(noisy, base_one, cell, strict=True)]
+            else:
+                noisy = pairs.measure(two_way, measured, plan, src)
+                excess = [
+                    noisy[e][bins[e[0]], bins[e[1]]] - base_two[e][bins[e[0]], bins[e[1]]]
+                    for e in measured
+                ]
+            runs.append(min(excess))
+        out.append(np.array(runs))
+    return out[0], out[1], plan
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("step", ["one-way", "two-way"])
+@pytest.mark.parametrize("variant", ["correct", "off by one"])
+def test_measurement_audit(step, variant, monkeypatch):
+    """Each measurement step's audited epsilon stays within its share (with power: above 0.6
+    of it); the off-by-one composition mutant exceeds it."""
+    if variant != "correct":
+        off_by_one(monkeypatch, step)
+    start = time.perf_counter()
+    a, b, plan = measurement_samples(step, variant)
+    share = plan.one_way if step == "one-way" else plan.pairs
+    result = audit(a, b, names=[f"{step} excess"])
+    report(
+        f"marginals {step} eps={float(share):.2f} {variant}", result, time.perf_counter() - start
+    )
+    if variant == "correct":
+        result.assert_within(share)
+        assert result.epsilon_lower > 0.6 * float(share)
+    else:
+        result.assert_exceeds(share)
+    assert math.isfinite(float(share))
