@@ -17,13 +17,25 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dpsynth_cli.mechanisms import base, hierarchy, placement, pmm, privtree
+from dpsynth_cli.errors import UsageError
+from dpsynth_cli.mechanisms import base, hierarchy, pairs, placement, pmm, privtree
 from dpsynth_cli.mechanisms.count import noisy_count
 from dpsynth_cli.privacy.ledger import Ledger, round_down
 from dpsynth_cli.privacy.noise import RandomSource, as_scale
 from dpsynth_cli.synth import MECHANISMS  # every registered mechanism, psmm included  # noqa: E402
 
 COUNT_SHARE = Fraction(1, 20)  # synth.COUNT_SHARE
+
+
+def cases(dims: list[int]) -> list[tuple[str, int]]:
+    """(mechanism, d) for every mechanism and d, but marginals only up to its column limit
+    (`test_marginals_refuses_too_many_columns`)."""
+    return [
+        (name, d)
+        for name in sorted(MECHANISMS)
+        for d in dims
+        if name != "marginals" or d <= pairs.MAX_COLUMNS
+    ]
 
 
 def call(name, X, eps, noisy_rows, seed=0, rows=None, relation="add-remove"):
@@ -121,8 +133,7 @@ def size_tolerance(name: str, n: int, eps: Fraction, d: int) -> float:
     return 0.15 * n if name == "hierarchy" else 0.25 * n
 
 
-@pytest.mark.parametrize("name", sorted(MECHANISMS))
-@pytest.mark.parametrize("d", [15, 40, 200])
+@pytest.mark.parametrize("name, d", cases([15, 40, 200]))
 @pytest.mark.parametrize("kind", ["uniform", "clustered"])
 def test_output_size_tracks_the_noisy_count(name, d, kind):
     n, eps = 2000, Fraction(1)
@@ -151,8 +162,7 @@ def test_output_size_follows_the_noisy_count_at_small_eps_n(name):
 # -- rows, empty tables, empty releases ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", sorted(MECHANISMS))
-@pytest.mark.parametrize("d", [1, 2, 33, 200])
+@pytest.mark.parametrize("name, d", cases([1, 2, 33, 200]))
 @pytest.mark.parametrize("rows", [0, 1, 777])
 def test_rows_gives_exactly_n_rows(name, d, rows):
     X = np.random.default_rng(d).random((300, d))
@@ -160,8 +170,7 @@ def test_rows_gives_exactly_n_rows(name, d, rows):
     check_points(out.points, rows, d)
 
 
-@pytest.mark.parametrize("name", sorted(MECHANISMS))
-@pytest.mark.parametrize("d", [1, 3, 40, 1000])
+@pytest.mark.parametrize("name, d", cases([1, 3, 40, 1000]))
 def test_a_table_with_no_rows_runs(name, d):
     X = np.zeros((0, d))
     out, ledger = call(name, X, 1, 0)
@@ -209,8 +218,7 @@ def test_privtree_empty_release_falls_back_to_the_uniform_measure(monkeypatch):
 # -- any d, bounded memory ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", sorted(MECHANISMS))
-@pytest.mark.parametrize("d", [33, 64, 200, 1000])
+@pytest.mark.parametrize("name, d", cases([33, 64, 200, 1000]))
 def test_runs_in_high_dimensions(name, d):
     n = 1000 if d < 1000 else 300
     X = clustered(n, d, d)
@@ -314,7 +322,7 @@ def test_uniform_columns_widen_in_chunks(monkeypatch):
 
 
 @pytest.mark.heavy
-@pytest.mark.parametrize("name", sorted(MECHANISMS))
+@pytest.mark.parametrize("name", sorted(set(MECHANISMS) - {"marginals"}))
 def test_ten_thousand_columns(name):
     n, d = 1000, 10_000
     X = clustered(n, d, 7)
@@ -325,3 +333,13 @@ def test_ten_thousand_columns(name):
     check_points(out.points, None, d)
     assert ledger.spent == 1 and seconds < 20
     assert abs(out.points.shape[0] - n) <= size_tolerance(name, n, Fraction(1), d)
+
+
+def test_marginals_refuses_too_many_columns():
+    """Beyond `pairs.MAX_COLUMNS` every pair's counts would not fit: a usage error before any
+    pass, and auto picks another mechanism there."""
+    X = np.random.default_rng(0).random((50, pairs.MAX_COLUMNS + 1))
+    with pytest.raises(UsageError, match="at most"):
+        call("marginals", X, 1, 50)
+    out, _ = call("auto", X, 1, 10**6)
+    assert out.description["selected_by"]["chosen"] != "marginals"

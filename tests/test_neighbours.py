@@ -58,7 +58,10 @@ def fix_releases(monkeypatch) -> None:
     def fixed_input(mechanism):
         def run(X, **kwargs):
             fixed = as_rows(np.random.default_rng(0).random((300, X.d)))
-            return mechanism(replace(fixed, lead=X.lead), **kwargs)  # level columns first too
+            # the public facts of the cube too: level columns first, missing flags, codes
+            return mechanism(
+                replace(fixed, lead=X.lead, flagged=X.flagged, codes=X.codes), **kwargs
+            )
 
         return run
 
@@ -202,3 +205,21 @@ def test_parquet_all_null_column_vs_one_value(runner, tmp_path, monkeypatch):
         "1 column left out (type string in the file's schema is not numeric): 't'"
         in seen["messages"]
     )
+
+
+@pytest.mark.parametrize("row", CSV_ROWS)
+def test_marginals_neighbours_are_indistinguishable(runner, tmp_path, monkeypatch, row):
+    """The same adversarial rows through --mechanism marginals (auto's choice for wider tables)."""
+    fix_releases(monkeypatch)
+    seen = compare(
+        runner,
+        tmp_path,
+        monkeypatch,
+        lambda d, rows: write_csv(d / "in.csv", rows),
+        BASE_ROWS,
+        CSV_ROWS[row],
+        ["in.csv", *DECLARATIONS["schema"], "--mechanism", "marginals"],
+        "out.csv",
+    )
+    assert seen["exit"] == 0, seen["messages"]
+    assert "marginals-two-way" in seen["outputs"]["out.csv.report.json"].decode()

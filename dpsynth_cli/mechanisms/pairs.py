@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from dpsynth_cli.engine.rows import Rows, as_rows
+from dpsynth_cli.errors import UsageError
 from dpsynth_cli.mechanisms import hierarchy, tree_model
 from dpsynth_cli.mechanisms.attributes import Attribute, attributes
 from dpsynth_cli.mechanisms.base import MechanismRun, Output, discrete_laplace_variance
@@ -67,7 +68,10 @@ ONE_WAY_KAPPA = hierarchy.KAPPA  # one-way cells below this many deviations are 
 SECOND_PARENT_BINS = 4
 LINK_BINS = 4  # a copula link needs at least this many bins on both sides
 LEVEL_KAPPA = 1.0  # level columns' one-way cells are pruned below this many deviations
-OUTPUT_CHUNK = 1 << 16  # rows per cell of the output (all rows are alike: any split works)
+OUTPUT_CHUNK = 1 << 16
+# Every pair's two-way counts are kept (D(D-1)/2 tables of up to 65 x 65 cells) and scored in
+# each selection round: up to this many columns (about 4950 pairs, 170 MB of counts).
+MAX_COLUMNS = 100  # rows per cell of the output (all rows are alike: any split works)
 
 
 def _share(epsilon: Fraction, part: Fraction) -> Fraction:
@@ -300,6 +304,11 @@ def run(
     """One statistics pass, one-way release, tree selection and measurement, second parents
     selected and measured, model."""
     X = as_rows(X)
+    if X.d - len(X.flagged) > MAX_COLUMNS:
+        raise UsageError(
+            f"--mechanism marginals takes at most {MAX_COLUMNS} columns ({X.d - len(X.flagged)} "
+            "chosen): choose fewer with --columns, or use --dim or another --mechanism"
+        )
     mp = plan(epsilon, noisy_rows, X, relation)
     attrs = mp.attributes
     stats = X.collect(partial(PairCounts, attrs))

@@ -41,12 +41,23 @@ from fractions import Fraction
 import numpy as np
 
 from dpsynth_cli.engine.rows import Rows, as_rows
-from dpsynth_cli.mechanisms import hierarchy, privtree
+from dpsynth_cli.mechanisms import hierarchy, pairs, privtree
 from dpsynth_cli.mechanisms.base import Mechanism, MechanismRun
 from dpsynth_cli.privacy.ledger import Ledger, histogram_sensitivity
 from dpsynth_cli.privacy.noise import RandomSource
 
-CANDIDATES: dict[str, Mechanism] = {"hierarchy": hierarchy.run, "privtree": privtree.run}
+CANDIDATES: dict[str, Mechanism] = {
+    "hierarchy": hierarchy.run,
+    "privtree": privtree.run,
+    "marginals": pairs.run,
+}
+# `marginals` from this many columns on (level columns always count: with them the partitions
+# split levels first and keep little of the numbers), when each column's share of the signal,
+# eps * noisy_rows / (sensitivity * columns), is at least MARGINALS_SIGNAL (measured on the real
+# tables of docs/benchmarks.md: below it, penguins' 333 rows at eps 1 and 2, the one-way
+# histograms are too noisy and privtree keeps the columns better).
+MARGINALS_FROM_COLUMNS = 4
+MARGINALS_SIGNAL = 90.0
 # d -> eps * noisy_rows / sensitivity from which privtree is chosen (inf: never); other d use
 # PRIVTREE_FROM_DEFAULT. Measured on the 72 benchmark cells (d = 1..3) and a check at d = 4, 5.
 PRIVTREE_FROM: dict[int, float] = {1: float("inf")}
@@ -64,15 +75,33 @@ def rule_text() -> str:
     parts = [f"d={d}: {clause(t)}" for d, t in sorted(PRIVTREE_FROM.items())]
     parts.append(f"other d: {clause(PRIVTREE_FROM_DEFAULT)}")
     parts.insert(0, "with boolean, category or nullable float/datetime columns: privtree")
+    parts.insert(
+        0,
+        f"marginals with a level column or {MARGINALS_FROM_COLUMNS} to {pairs.MAX_COLUMNS} "
+        "columns when "
+        f"eps*noisy_rows/(sensitivity*columns) >= {MARGINALS_SIGNAL:g}",
+    )
     never = f"; never {', '.join(NEVER)} (behind in the accuracy benchmark)" if NEVER else ""
     return "; ".join(parts) + "; otherwise hierarchy" + never
 
 
-def choose(d: int, epsilon: Fraction, noisy_rows: int, relation: str, levels: bool = False) -> str:
-    """The mechanism name for these public quantities (`levels`: the table has level columns)."""
+def choose(
+    d: int,
+    epsilon: Fraction,
+    noisy_rows: int,
+    relation: str,
+    levels: bool = False,
+    columns: int | None = None,
+) -> str:
+    """The mechanism name for these public quantities (`levels`: the table has level columns;
+    `columns`: the table's columns, d less the hidden missing flags)."""
+    scale = float(epsilon) / histogram_sensitivity(relation) * max(noisy_rows, 0)
+    columns = d if columns is None else columns
+    wide = levels or columns >= MARGINALS_FROM_COLUMNS
+    if wide and columns <= pairs.MAX_COLUMNS and scale / max(columns, 1) >= MARGINALS_SIGNAL:
+        return "marginals"
     if levels:
         return "privtree"
-    scale = float(epsilon) / histogram_sensitivity(relation) * max(noisy_rows, 0)
     return "privtree" if scale >= PRIVTREE_FROM.get(d, PRIVTREE_FROM_DEFAULT) else "hierarchy"
 
 
@@ -89,7 +118,7 @@ def run(
 ) -> MechanismRun:
     """Run the mechanism `choose` picks; its description says that auto chose it and why."""
     X = as_rows(X)
-    name = choose(X.d, epsilon, noisy_rows, relation, bool(X.lead))
+    name = choose(X.d, epsilon, noisy_rows, relation, bool(X.lead), X.d - len(X.flagged))
     inner = CANDIDATES[name](
         X,
         epsilon=epsilon,
@@ -103,7 +132,7 @@ def run(
     auto = {
         "chosen": name,
         "rule": rule_text(),
-        "from": "d, epsilon, noisy_rows, relation, level columns",
+        "from": "d, epsilon, noisy_rows, relation, level columns, columns",
     }
     return MechanismRun(
         output=inner.output,
