@@ -25,6 +25,7 @@ from dpsynth_cli.domain import ColumnSpec, Domain, value_matrix
 from dpsynth_cli.engine.rows import BatchesSource, Rows, as_rows
 from dpsynth_cli.errors import UsageError
 from dpsynth_cli.mechanisms import hierarchy, lowdim, pairs, pmm, privtree, psmm, select
+from dpsynth_cli.mechanisms.attributes import attributes
 from dpsynth_cli.mechanisms.base import BatchPlan, Mechanism, MechanismRun, Place
 from dpsynth_cli.mechanisms.bounds import estimate_bounds, estimated_notice, histograms
 from dpsynth_cli.mechanisms.count import noisy_count
@@ -45,6 +46,13 @@ MECHANISMS: dict[str, Mechanism] = {
     "psmm": psmm.run,
     "marginals": pairs.run,
 }
+# Mechanisms whose first statistics synth's first pass takes (every bound declared, full
+# dimension), by --mechanism: auto may pick either.
+FIRST_PASS: dict[str, tuple[str, ...]] = {
+    "auto": ("privtree", "marginals"),
+    "privtree": ("privtree",),
+    "marginals": ("marginals",),
+}
 # What `--dry-run` says about how each mechanism fixes its parameters (before any data is read).
 PLAN_RULES: dict[str, str] = {
     "auto": "after the noisy count: " + select.rule_text(),
@@ -57,9 +65,10 @@ PLAN_RULES: dict[str, str] = {
     "all of it for d >= 3 (Corollary 3.7), capped (psmm.GRID_RULE, psmm.plan); noisy counts "
     "projected onto the closest probability measure by an exact min-cost flow (corrected "
     "Algorithm 2)",
-    "marginals": "one-way histograms (30% of eps_mechanism), a spanning tree of column pairs "
-    "chosen by permute-and-flip (10%), the tree's two-way histograms on bins chosen from the "
-    "one-way release (60%); rows drawn from the tree model (mechanisms/pairs)",
+    "marginals": "one-way histograms (40% of eps_mechanism), a spanning tree of column pairs "
+    "and a second parent per column chosen by permute-and-flip (10%), their two-way histograms "
+    "on bins chosen from the one-way release (50%); rows drawn from the model "
+    "(mechanisms/pairs)",
     "hierarchy": "finest grid about c_d (eps * noisy_rows / sensitivity)^(1/(d+1)) cells per "
     "axis, a band of coarser levels above it (hierarchy.RESOLUTION, hierarchy.LEVELS)",
 }
@@ -198,33 +207,42 @@ def value_rows(data: TableData, specs: list[ColumnSpec]) -> Rows:
 class CountAndBounds:
     """The first pass: the number of complete rows, and the bounds-estimate histograms of the
     undeclared columns (exact integers; batches add). With `domain` (every bound declared, so
-    the unit cube is known before any pass), also PrivTree's first histogram of the rows in it,
-    which spares PrivTree a pass (`privtree.FirstHistogram`)."""
+    the cube is known before any pass), also the statistics of the mechanisms that may run
+    (`ahead`: PrivTree's first histogram, the marginals' counts), which spares them a pass."""
 
     columns: tuple[int, ...]
     domain: Domain | None = None
+    mechanisms: tuple[str, ...] = ()
     n: int = 0
     fine: dict[int, np.ndarray] = field(init=False)
-    tree: privtree.FirstHistogram | None = field(init=False, default=None)
+    ahead: tuple[Any, ...] = field(init=False, default=())
 
     def __post_init__(self) -> None:
         self.fine = {j: histograms(np.empty(0)) for j in self.columns}
-        if self.domain is not None:
-            self.tree = privtree.FirstHistogram(self.domain.cube_dim, self.domain.lead_bits())
+        dom = self.domain
+        if dom is not None:
+            facts = (dom.cube_dim, dom.lead_bits(), dom.cube_codes(), dom.cube_flags())
+            made = {
+                "privtree": lambda: privtree.FirstHistogram(dom.cube_dim, dom.lead_bits()),
+                "marginals": lambda: pairs.PairCounts(attributes(*facts)),
+            }
+            self.ahead = tuple(made[m]() for m in self.mechanisms)
 
     def add(self, X: np.ndarray) -> None:
         self.n += X.shape[0]
         for j in self.columns:
             self.fine[j] += histograms(X[:, j])
-        if self.tree is not None:
-            self.tree.add(self.domain.to_cube(X))
+        if self.ahead:
+            cube = self.domain.to_cube(X)
+            for statistic in self.ahead:
+                statistic.add(cube)
 
     def merge(self, other: CountAndBounds) -> CountAndBounds:
         self.n += other.n
         for j in self.columns:
             self.fine[j] += other.fine[j]
-        if self.tree is not None:
-            self.tree.merge(other.tree)
+        for mine, theirs in zip(self.ahead, other.ahead, strict=True):
+            mine.merge(theirs)
         return self
 
 
@@ -244,17 +262,19 @@ def synthesize(
     raw = rows if rows is not None else value_rows(data, specs)
     undeclared = tuple(j for j, s in enumerate(specs) if not s.has_bounds)
     dim = lowdim.parse_dim(options.dim, len(specs))
-    # PrivTree's first histogram rides on the first pass when it may run on these rows.
-    tree_may_run = dim == 0 and options.mechanism in ("auto", "privtree")
-    declared = Domain(tuple(specs)) if tree_may_run and not undeclared else None
-    first = raw.collect(partial(CountAndBounds, undeclared, declared))
+    # The statistics of the mechanisms that may run on these rows ride on the first pass.
+    ahead = () if dim or undeclared else FIRST_PASS.get(options.mechanism, ())
+    if len(specs) > pairs.MAX_COLUMNS:
+        ahead = tuple(m for m in ahead if m != "marginals")
+    declared = Domain(tuple(specs)) if ahead else None
+    first = raw.collect(partial(CountAndBounds, undeclared, declared, ahead))
     specs, notices = _complete_bounds(first.fine, specs, budget, source, ledger)
     domain = Domain(tuple(specs))
     # The mechanisms' cube: level columns first, split first (`partition`); mapped back below.
     lead = domain.lead_bits()
     X = raw.map(domain.to_cube, domain.cube_dim)
     X = replace(
-        X, ahead=first.tree, lead=lead, flagged=domain.cube_flags(), codes=domain.cube_codes()
+        X, ahead=first.ahead, lead=lead, flagged=domain.cube_flags(), codes=domain.cube_codes()
     )
     n_hat = noisy_count(first.n, budget.count, source.spawn("count"), ledger)
     call = {

@@ -123,31 +123,37 @@ def test_output_keeps_levels_flags_and_dependence():
 @pytest.mark.parametrize(
     "attr",
     [
-        Attribute(0, "level", 3, slots=4),
-        Attribute(0, "code", 5, codes=5),
-        Attribute(1, "cell", 8, flag=0),
-        Attribute(0, "cell", 16),
+        Attribute(0, "level", 3, 3, slots=4),
+        Attribute(0, "code", 5, 5),
+        Attribute(0, "code", 12, 4),
+        Attribute(1, "cell", 1024, 8, flag=0),
+        Attribute(0, "cell", 1024, 16),
     ],
-    ids=["level", "code", "cell with missing", "cell"],
+    ids=["level", "code", "codes in runs", "cell with missing", "cell"],
 )
 def test_attribute_values_round_trip(attr):
+    """A value written into the cube reads back as an atom of that value; the groupings nest
+    (values and pair cells refine the coarse grid)."""
     rng = np.random.default_rng(0)
     values = rng.integers(0, attr.values, 1000)
     out = np.zeros((1000, 2))
     attr.write(out, values, rng.random(1000))
-    assert (attr.encode(out) == values).all()
-    cells = attr.pair_map()[values]
-    assert cells.max() < attr.pair_cells
+    atoms = attr.encode(out)
+    assert (attr.atom_value()[atoms] == values).all()
+    coarse = attr.value_coarse()[values]
+    assert (attr.pair_coarse()[attr.atom_pair()[atoms]] == coarse).all()
 
 
 def test_attributes_from_public_facts():
-    attrs = attributes(5, (2, 1), (3, 2, 0, 12, 0), ((4, 1),), signal=400.0)
-    assert [(a.column, a.kind, a.values) for a in attrs] == [
-        (0, "level", 3),
-        (2, "cell", 32),  # 1.25 sqrt(400) = 25 -> 32 cells
-        (3, "code", 12),
-        (4, "cell", 33),  # and its missing value
+    attrs = attributes(5, (2, 1), (3, 2, 0, 12, 0), ((4, 1),))
+    assert [(a.column, a.kind, a.atoms, a.missing) for a in attrs] == [
+        (0, "level", 3, False),
+        (2, "cell", 1024, False),
+        (3, "code", 12, False),
+        (4, "cell", 1024, True),
     ]
+    sized = [a.with_size(400.0) for a in attrs]  # 1.25 sqrt(400) = 25 -> 32 runs
+    assert [a.values for a in sized] == [3, 32, 12, 33]
 
 
 def test_allocate_gives_floor_or_ceil_and_is_unbiased():
@@ -215,7 +221,7 @@ def test_fit_triple_is_the_maximum_entropy_table(seed):
 
 def test_tree_model_draws_its_tables():
     """Rows drawn from a two-attribute model have the fitted joint as their pair table."""
-    a, b = Attribute(0, "code", 3, codes=3), Attribute(1, "code", 4, codes=4)
+    a, b = Attribute(0, "code", 3, 3), Attribute(1, "code", 4, 4)
     joint = np.random.default_rng(3).dirichlet(np.ones(12)).reshape(3, 4)
     q = [tree_model.Quantiles.of(np.arange(k), np.ones(k)) for k in (3, 4)]
     model = tree_model.TreeModel(
@@ -229,7 +235,7 @@ def test_tree_model_draws_its_tables():
     )
     Y = model(np.arange(1), np.array([60000]), np.random.default_rng(4))
     counts = np.zeros((3, 4))
-    np.add.at(counts, (a.encode(Y), b.encode(Y)), 1)
+    np.add.at(counts, (a.encode(Y), b.encode(Y)), 1)  # codes: atoms are values
     np.testing.assert_allclose(counts / 60000, joint, atol=0.006)
 
 
@@ -351,17 +357,22 @@ def measurement_samples(step: str, variant: str):
     plan = pairs.plan(AUDIT_EPS, 2000, rows, "add-remove")
     assert plan.measurements == 3
     attrs = plan.attributes
-    value_bin = [np.arange(a.values) * 2 // a.values for a in attrs]
+    pair_bin = [np.arange(a.pair_cells) * 2 // a.pair_cells for a in attrs]
     measured = [(0, 1), (1, 2), (0, 2)]
-    cell = [a.encode(added)[0] for a in attrs]
+    atom = [a.encode(added)[0] for a in attrs]
+    value = [a.atom_value()[t] for a, t in zip(attrs, atom, strict=True)]
+    bins = [b[a.atom_pair()[t]] for a, b, t in zip(attrs, pair_bin, atom, strict=True)]
 
     def statistics(data):
         counts = data.collect(lambda: pairs.PairCounts(attrs))
-        tables = pairs.binned_tables(counts.two_way, attrs, value_bin, [2, 2, 2])
-        return counts.one_way, {e: tables[e] for e in measured}
+        one_way = [
+            np.bincount(a.atom_value(), weights=c, minlength=a.values).astype(np.int64)
+            for a, c in zip(attrs, counts.one_way, strict=True)
+        ]
+        tables = pairs.binned_tables(counts.two_way, pair_bin, [2, 2, 2])
+        return one_way, {e: tables[e] for e in measured}
 
     base_one, base_two = statistics(rows)
-    bins = [b[c] for b, c in zip(value_bin, cell, strict=True)]
     out = []
     for side, data in (("X", rows), ("X'", neighbour)):
         one_way, two_way = statistics(data)
@@ -370,7 +381,7 @@ def measurement_samples(step: str, variant: str):
         for _ in range(AUDIT_RUNS):
             if step == "one-way":
                 noisy = pairs.measure_one_way(one_way, plan, src, Ledger(AUDIT_EPS))
-                excess = [h[c] - b[c] for h, b, c in zip(noisy, base_one, cell, strict=True)]
+                excess = [h[v] - b[v] for h, b, v in zip(noisy, base_one, value, strict=True)]
             else:
                 noisy = pairs.measure(two_way, measured, plan, src)
                 excess = [
@@ -403,3 +414,44 @@ def test_measurement_audit(step, variant, monkeypatch):
     else:
         result.assert_exceeds(share)
     assert math.isfinite(float(share))
+
+
+@pytest.mark.parametrize("mechanism", ["marginals", "auto"])
+def test_synth_reads_the_rows_once(mechanism, monkeypatch):
+    """Every bound declared: the marginals' counts ride on synth's first pass (with the row
+    count), so a mixed table is read once; the release is the one a separate pass gives."""
+    import pyarrow as pa
+
+    from dpsynth_cli.domain import ColumnSpec
+    from dpsynth_cli.synth import SynthOptions, synthesize
+
+    rng = np.random.default_rng(0)
+    table = pa.table(
+        {
+            "ward": rng.choice(["a", "b", "c"], 3000),
+            "x": rng.random(3000),
+            "y": rng.random(3000),
+            "k": rng.integers(0, 9, 3000),
+        }
+    )
+    specs = [
+        ColumnSpec("ward", "category", 0.0, 2.0, levels=("a", "b", "c")),
+        ColumnSpec("x", "float", 0.0, 1.0),
+        ColumnSpec("y", "float", 0.0, 1.0),
+        ColumnSpec("k", "integer", 0.0, 8.0),
+    ]
+    passes = []
+
+    def data():
+        passes.append(1)
+        yield table
+
+    options = SynthOptions(epsilon=2.0, mechanism=mechanism)
+    streamed = synthesize(data, specs, options, noise.RandomSource.seeded(5))
+    assert len(passes) == 1
+    assert "marginals-two-way" in [s.step for s in streamed.ledger.spends]
+    from dpsynth_cli import synth
+
+    monkeypatch.setattr(synth, "FIRST_PASS", {})  # the mechanism's own pass instead
+    separate = synthesize(table, specs, options, noise.RandomSource.seeded(5))
+    assert streamed.table.equals(separate.table)

@@ -47,10 +47,11 @@ class Rows:
     source: BatchSource
     d: int
     transforms: tuple[Transform, ...] = ()
-    # A statistic of exactly these rows that an earlier pass already accumulated (synth's first
-    # pass computes PrivTree's first histogram with the row count: one pass fewer). A mechanism
-    # that recognises it may use it instead of a pass; a map to other rows drops it.
-    ahead: Any = None
+    # Statistics of exactly these rows that an earlier pass already accumulated (synth's first
+    # pass computes PrivTree's first histogram and the marginals' counts with the row count: a
+    # pass fewer). A mechanism that recognises one (`ahead_of`) may use it instead of a pass; a
+    # map to other rows drops them.
+    ahead: tuple[Any, ...] = ()
     # Bits split first for each of the first len(lead) columns: the level columns, which synth
     # puts first (`partition`, "Level columns first"). Public (the schema); a map drops it.
     lead: tuple[int, ...] = ()
@@ -59,6 +60,10 @@ class Rows:
     # Codes of each column (`Domain.cube_codes`): a level column's levels (2 for a missing flag),
     # an integer or date column's whole codes, 0 for a float or datetime column. Public.
     codes: tuple[int, ...] = ()
+
+    def ahead_of(self, kind: type[A]) -> A | None:
+        """The statistic of this type that an earlier pass took, if any."""
+        return next((a for a in self.ahead if isinstance(a, kind)), None)
 
     def collect(self, make: Callable[[], A]) -> A:
         """One pass over the rows: the statistic `make()` accumulates."""

@@ -2,40 +2,48 @@
 
 The `marginals` mechanism measures one-way and two-way histograms, so every column becomes an
 attribute with finitely many values, read from the mechanisms' cube (`Domain.to_cube`) with the
-public facts `Rows.lead`, `Rows.codes` and `Rows.flagged` (the schema's), never from the values:
-- a level column (boolean, category): its L declared levels (a row sits in the first slot of
-  its level's slots, so the level is slot * L // P);
-- an integer or date column with few codes: its codes (code i owns [i/L, (i+1)/L));
-- any other number (float, datetime, integer or date with many codes): `cells` equal cells of
-  [0, 1], a power of two fixed from eps and the noisy count (`plan_cells`);
+public facts `Rows.lead`, `Rows.codes` and `Rows.flagged` (the schema's), never from the values.
+Its finest grid, the atoms, depends on those facts only, so its counts can be taken in any pass,
+before the noisy count is known (synth's first pass):
+- a level column (boolean, category): its L declared levels (a row sits in the first slot of its
+  level's slots, so the level is slot * L // P);
+- an integer or date column with at most ATOMS codes: its codes (code i owns [i/L, (i+1)/L));
+- any other number: ATOMS equal cells of [0, 1];
 - a nullable float or datetime column (value and missing flag in the cube) is one attribute whose
-  last value is "missing".
-Each attribute also has a coarser "pair grid" (at most PAIR_CELLS contiguous groups of its
-values, and the missing value alone) on which all two-way histograms are counted in the same
-pass; the model's bins are unions of pair-grid cells chosen after the one-way release.
+  last atom is "missing".
+The one-way release groups a number's atoms into `size` runs (`with_size`: 2^b, b from eps and
+the noisy count); two-way counts are kept on the pair grid, at most PAIR_CELLS runs of atoms. All
+groupings are i * k // A of the atoms with power-of-two ratios between them, so they nest:
+floor(floor(i k / A) / 2) = floor(i k / (2 A)).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 PAIR_CELLS = 64  # pair-grid cells of an attribute (its missing value aside)
-MAX_CELL_BITS = 10  # at most 1024 equal cells for a numeric attribute's one-way release
+MAX_CELL_BITS = 10
+ATOMS = 1 << MAX_CELL_BITS  # equal cells of a number without few codes
+
+
+def groups(atoms: int, k: int) -> np.ndarray:
+    """Atom -> one of k contiguous runs (k <= atoms): i * k // atoms."""
+    return np.arange(atoms, dtype=np.int64) * k // atoms
 
 
 @dataclass(frozen=True)
 class Attribute:
-    """One column of the table in the model: `values` codes 0..values-1 read from the cube."""
+    """One column of the table in the model."""
 
     column: int  # the cube column holding its value
     kind: str  # "level", "code" (whole codes) or "cell" (equal cells of [0, 1])
-    size: int  # levels, codes or cells (the missing value not included)
+    atoms: int  # levels, codes or ATOMS cells (the missing value not included)
+    size: int  # values of the one-way release: runs of atoms (levels: the levels)
     slots: int = 1  # a level column's slots in the cube (2^ceil(log2 L))
     flag: int | None = None  # the cube column of its missing flag (nullable float/datetime)
-    codes: int = 0  # a "cell" attribute's whole codes (integer, date), 0 if continuous
 
     @property
     def missing(self) -> bool:
@@ -51,50 +59,83 @@ class Attribute:
         return self.kind != "level"
 
     @property
-    def pair_cells(self) -> int:
-        """Cells of the pair grid: levels as they are (up to PAIR_CELLS), else contiguous
-        groups of values; plus the missing value."""
-        return min(self.size, PAIR_CELLS) + self.missing
+    def pair_groups(self) -> int:
+        return min(self.atoms, PAIR_CELLS)
 
-    def pair_map(self) -> np.ndarray:
-        """value -> pair-grid cell (contiguous groups; missing last on its own)."""
-        groups = min(self.size, PAIR_CELLS)
-        cells = np.arange(self.size, dtype=np.int64) * groups // self.size
-        return np.append(cells, groups) if self.missing else cells
+    @property
+    def pair_cells(self) -> int:
+        return self.pair_groups + self.missing
+
+    @property
+    def coarse(self) -> int:
+        """Cells of the grid both the values and the pair grid refine (bins are unions of
+        these): the coarser of the two, plus the missing value."""
+        return min(self.size, self.pair_groups) + self.missing
+
+    def _with_missing(self, runs: np.ndarray, k: int) -> np.ndarray:
+        return np.append(runs, k) if self.missing else runs
+
+    def atom_value(self) -> np.ndarray:
+        """Atom (and missing) -> value of the one-way release."""
+        return self._with_missing(groups(self.atoms, self.size), self.size)
+
+    def atom_pair(self) -> np.ndarray:
+        """Atom (and missing) -> pair-grid cell."""
+        return self._with_missing(groups(self.atoms, self.pair_groups), self.pair_groups)
+
+    def value_coarse(self) -> np.ndarray:
+        """Value -> coarse cell (the values refine the coarse grid)."""
+        k = self.coarse - self.missing
+        return self._with_missing(groups(self.size, k), k)
+
+    def pair_coarse(self) -> np.ndarray:
+        """Pair-grid cell -> coarse cell."""
+        k = self.coarse - self.missing
+        return self._with_missing(groups(self.pair_groups, k), k)
 
     def encode(self, X: np.ndarray) -> np.ndarray:
-        """Each row's value (int64) from the cube columns."""
+        """Each row's atom (int64) from the cube columns; missing is `atoms`."""
         x = X[:, self.column]
         if self.kind == "level":
             slot = np.clip((x * self.slots).astype(np.int64), 0, self.slots - 1)
-            return slot * self.size // self.slots
-        code = np.clip((x * self.size).astype(np.int64), 0, self.size - 1)
+            return slot * self.atoms // self.slots
+        atom = np.clip((x * self.atoms).astype(np.int64), 0, self.atoms - 1)
         if self.missing:
-            code[X[:, self.flag] >= 0.5] = self.size
-        return code
+            atom[X[:, self.flag] >= 0.5] = self.atoms
+        return atom
+
+    def value_span(self) -> tuple[np.ndarray, np.ndarray]:
+        """Where each value lies in [0, 1]: its first atom's start and its width."""
+        first = -(-np.arange(self.size + 1, dtype=np.int64) * self.atoms // self.size)
+        return first[:-1] / self.atoms, np.diff(first) / self.atoms
 
     def write(self, out: np.ndarray, values: np.ndarray, u: np.ndarray) -> None:
-        """Put values (with within-value positions u in [0, 1)) into the cube columns of out."""
-        if self.kind == "level":  # the middle of the level's first slot, as `Domain.to_unit`
+        """Put values (with within-value positions u in [0, 1)) into the cube columns of out:
+        a level at the middle of its first slot (as `Domain.to_unit`), a number uniform in its
+        value's run of atoms (a whole code at its middle), "missing" at 0 with its flag set."""
+        if self.kind == "level":
             out[:, self.column] = (-(-values * self.slots // self.size) + 0.5) / self.slots
             return
         present = values < self.size
-        within = 0.5 if self.kind == "code" else u
-        out[:, self.column] = np.where(present, (np.minimum(values, self.size - 1) + within), 0.0)
-        out[:, self.column] /= self.size
+        v = np.minimum(values, self.size - 1)
+        start, width = self.value_span()
+        if self.kind == "code":  # a whole code: the middle of the atom the position falls in
+            atom = np.floor((start[v] + u * width[v]) * self.atoms)
+            point = (atom + 0.5) / self.atoms
+        else:
+            point = start[v] + u * width[v]
+        out[:, self.column] = np.where(present, point, 0.0)
         if self.missing:
             out[:, self.flag] = np.where(present, 0.25, 0.75)
 
-
-def plan_cells(codes: int, signal: float) -> tuple[str, int]:
-    """A number's one-way grid: its whole codes when they are few enough, else 2^b equal cells,
-    b about log2 of 1.25 sqrt(eps n / sens) (the 1-D grid balance that `hierarchy` measured),
-    1 <= b <= MAX_CELL_BITS."""
-    bits = round(math.log2(1.25 * math.sqrt(max(signal, 1.0))))
-    cells = 1 << int(min(max(bits, 1), MAX_CELL_BITS))
-    if 0 < codes <= cells:
-        return "code", codes
-    return "cell", cells
+    def with_size(self, signal: float) -> Attribute:
+        """The release grid for eps n / sens = `signal` per attribute: a number's atoms in
+        2^b runs, b about log2 of 1.25 sqrt(signal) (the 1-D grid balance that `hierarchy`
+        measured), 1 <= b <= MAX_CELL_BITS; all of them when there are fewer. Levels stay."""
+        if self.kind == "level":
+            return self
+        bits = round(math.log2(1.25 * math.sqrt(max(signal, 1.0))))
+        return replace(self, size=min(self.atoms, 1 << int(min(max(bits, 1), MAX_CELL_BITS))))
 
 
 def attributes(
@@ -102,10 +143,9 @@ def attributes(
     lead: tuple[int, ...],
     codes: tuple[int, ...],
     flagged: tuple[tuple[int, int], ...],
-    signal: float,
 ) -> tuple[Attribute, ...]:
-    """The model's attributes, in the table's cube order (level columns first), from public
-    facts only. `signal` is eps n / sens of one attribute's one-way release (`plan_cells`)."""
+    """The model's attributes at their atoms, in the cube's order (level columns first), from
+    public facts only; `with_size` fixes the release grid once the noisy count is known."""
     flag_of = {value: flag for value, flag in flagged}
     flags = set(flag_of.values())
     out = []
@@ -113,10 +153,10 @@ def attributes(
         if c in flags:
             continue
         if c < len(lead):
-            levels = codes[c] if codes else 1 << lead[c]
-            out.append(Attribute(c, "level", max(levels, 1), slots=1 << lead[c]))
+            levels = max(codes[c] if codes else 1 << lead[c], 1)
+            out.append(Attribute(c, "level", levels, levels, slots=1 << lead[c]))
             continue
-        kind, size = plan_cells(codes[c] if codes else 0, signal)
-        code_count = codes[c] if codes else 0
-        out.append(Attribute(c, kind, size, flag=flag_of.get(c), codes=code_count))
+        count = codes[c] if codes else 0
+        kind, atoms = ("code", count) if 0 < count <= ATOMS else ("cell", ATOMS)
+        out.append(Attribute(c, kind, atoms, atoms, flag=flag_of.get(c)))
     return tuple(out)

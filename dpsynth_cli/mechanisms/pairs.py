@@ -139,7 +139,9 @@ def plan(epsilon: Fraction, noisy_n: int, rows: Rows, relation: str) -> Plan:
     one_way = epsilon if count <= 1 else _share(epsilon, ONE_WAY)
     select = Fraction(0) if count <= 1 else _share(epsilon, SELECT)
     signal = float(one_way) / max(count, 1) * max(noisy_n, 1) / sens
-    attrs = attributes(rows.d, rows.lead, rows.codes, rows.flagged, signal)
+    attrs = tuple(
+        a.with_size(signal) for a in attributes(rows.d, rows.lead, rows.codes, rows.flagged)
+    )
     pairs = epsilon - one_way - select
 
     def bins_for(measurements: int) -> int:
@@ -158,24 +160,30 @@ def plan(epsilon: Fraction, noisy_n: int, rows: Rows, relation: str) -> Plan:
 
 @dataclass
 class PairCounts:
-    """One pass: each attribute's one-way histogram and every pair's two-way histogram on the
-    pair grids (exact integers; batches add)."""
+    """One pass: each attribute's counts per atom and every pair's two-way histogram on the
+    pair grids (exact integers; batches add). Its grids come from public facts alone, so synth
+    takes it in its first pass, before the noisy count (`Rows.ahead`)."""
 
     attributes: tuple[Attribute, ...]
     one_way: list[np.ndarray] = field(init=False)
     two_way: dict[tuple[int, int], np.ndarray] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.one_way = [np.zeros(a.values, dtype=np.int64) for a in self.attributes]
+        self.one_way = [np.zeros(a.atoms + a.missing, dtype=np.int64) for a in self.attributes]
         self.two_way = {
             (i, j): np.zeros((a.pair_cells, b.pair_cells), dtype=np.int64)
             for (i, a), (j, b) in combinations(enumerate(self.attributes), 2)
         }
 
+    @classmethod
+    def of(cls, rows: Rows) -> PairCounts:
+        """The counts for these rows' public facts (the grids `run` expects)."""
+        return cls(attributes(rows.d, rows.lead, rows.codes, rows.flagged))
+
     def add(self, X: np.ndarray) -> None:
-        values = [a.encode(X) for a in self.attributes]
-        cells = [a.pair_map()[v] for a, v in zip(self.attributes, values, strict=True)]
-        for i, v in enumerate(values):
+        atoms = [a.encode(X) for a in self.attributes]
+        cells = [a.atom_pair()[v] for a, v in zip(self.attributes, atoms, strict=True)]
+        for i, v in enumerate(atoms):
             self.one_way[i] += np.bincount(v, minlength=self.one_way[i].size)
         for (i, j), table in self.two_way.items():
             k = table.shape[1]
@@ -267,11 +275,10 @@ def fit_pairs(
     }
 
 
-def value_bins(attr: Attribute, mass: np.ndarray, bins: int) -> np.ndarray:
-    """Each value's bin (released mass only): numbers in quantile runs of the pair grid, levels
+def coarse_bins(attr: Attribute, mass: np.ndarray, bins: int) -> np.ndarray:
+    """Each coarse cell's bin (released mass per value only): numbers in quantile runs, levels
     by frequency; the missing value alone in the last bin."""
-    grid = attr.pair_map()
-    cells = np.bincount(grid, weights=mass, minlength=attr.pair_cells)
+    cells = np.bincount(attr.value_coarse(), weights=mass, minlength=attr.coarse)
     if attr.missing:
         cells = cells[:-1]
     if attr.numeric:
@@ -280,14 +287,7 @@ def value_bins(attr: Attribute, mass: np.ndarray, bins: int) -> np.ndarray:
         per_cell = tree_model.level_bins(cells, bins)
     if attr.missing:
         per_cell = np.append(per_cell, per_cell.max() + 1)
-    return per_cell[grid]
-
-
-def binned(table: np.ndarray, a_map: np.ndarray, b_map: np.ndarray, ka: int, kb: int):
-    """A pair-grid table summed into bins (pair cell -> bin maps)."""
-    out = np.zeros((ka, kb))
-    np.add.at(out, (a_map[:, None], b_map[None, :]), table)
-    return out
+    return per_cell
 
 
 def run(
@@ -311,14 +311,20 @@ def run(
         )
     mp = plan(epsilon, noisy_rows, X, relation)
     attrs = mp.attributes
-    stats = X.collect(partial(PairCounts, attrs))
-    noisy_one_way = measure_one_way(stats.one_way, mp, source.spawn("one-way"), ledger)
+    stats = X.ahead_of(PairCounts) or X.collect(partial(PairCounts.of, X))
+    exact = [
+        np.bincount(a.atom_value(), weights=c, minlength=a.values).astype(np.int64)
+        for a, c in zip(attrs, stats.one_way, strict=True)
+    ]
+    noisy_one_way = measure_one_way(exact, mp, source.spawn("one-way"), ledger)
     one_way = consistent_one_way(noisy_one_way, mp, rng)
-    value_bin = [value_bins(a, m, mp.bins) for a, m in zip(attrs, one_way, strict=True)]
-    k = [int(b.max()) + 1 for b in value_bin]
+    coarse_bin = [coarse_bins(a, m, mp.bins) for a, m in zip(attrs, one_way, strict=True)]
+    value_bin = [b[a.value_coarse()] for a, b in zip(attrs, coarse_bin, strict=True)]
+    pair_bin = [b[a.pair_coarse()] for a, b in zip(attrs, coarse_bin, strict=True)]
+    k = [int(b.max()) + 1 for b in coarse_bin]
     total = max(float(noisy_rows), 1.0)
     marg = combined_marginals(noisy_one_way, value_bin, k, {}, mp)
-    tables = binned_tables(stats.two_way, attrs, value_bin, k)
+    tables = binned_tables(stats.two_way, pair_bin, k)
     record_spends(mp, ledger)
     select_source, measure_source = source.spawn("select"), source.spawn("two-way")
     edges = select_tree(tables, marg, total, mp, select_source)
@@ -351,21 +357,14 @@ def run(
 
 
 def binned_tables(
-    two_way: dict[tuple[int, int], np.ndarray],
-    attrs: tuple[Attribute, ...],
-    value_bin: list[np.ndarray],
-    k: list[int],
+    two_way: dict[tuple[int, int], np.ndarray], pair_bin: list[np.ndarray], k: list[int]
 ) -> dict[tuple[int, int], np.ndarray]:
-    """Every pair's exact two-way histogram on the bins (private: for scores and noise only)."""
-    cell_bin = []
-    for a, b in zip(attrs, value_bin, strict=True):
-        m = np.zeros(a.pair_cells, dtype=np.int64)
-        m[a.pair_map()] = b  # every value of a pair cell lies in one bin
-        cell_bin.append(m)
+    """Every pair's exact two-way histogram on the bins (private: for scores and noise only),
+    under both orders of the pair."""
     out = {}
     for (i, j), t in two_way.items():
         out[(i, j)] = np.zeros((k[i], k[j]))
-        np.add.at(out[(i, j)], (cell_bin[i][:, None], cell_bin[j][None, :]), t)
+        np.add.at(out[(i, j)], (pair_bin[i][:, None], pair_bin[j][None, :]), t)
         out[(j, i)] = out[(i, j)].T
     return out
 
