@@ -146,10 +146,14 @@ Mechanism = Annotated[
     str,
     _opt(
         "--mechanism",
-        metavar="auto|pmm|privtree|hierarchy|psmm",
+        metavar="auto|marginals|pmm|privtree|hierarchy|psmm",
         show_default=True,
-        help="Synthesiser, e.g. --mechanism pmm. auto: hierarchy or privtree, chosen from d, eps "
-        "and the noisy row count by what the accuracy benchmark measured (docs/benchmarks.md). "
+        help="Synthesiser, e.g. --mechanism pmm. auto: marginals for tables with a category or "
+        "boolean column or 4 to 100 columns (when eps x noisy rows per column is large enough), "
+        "else hierarchy or privtree, chosen from d, eps and the noisy row count by what the "
+        "accuracy benchmarks measured (docs/benchmarks.md). marginals: one-way and two-way "
+        "histograms of chosen column pairs and a model fitted to them (MST-like; keeps "
+        "relationships between columns). "
         "pmm: Private Measure Mechanism (dissertation Algorithm 4; a-priori W1 bound in the "
         "report). privtree: adaptive partition (Zhang, Xiao & Xie 2016) with exact discrete "
         "noise. hierarchy: a short band of nested grids with least-squares consistency (Hay et "
