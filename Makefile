@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.online_speed
 	$(BIN)/python -m benchmarks.psmm_speed --dense --e2e
 	$(BIN)/python -m benchmarks.pca_speed
+	$(BIN)/python -m benchmarks.marginals_speed
 
 # Tables larger than memory (docs/benchmarks.md, "Scale"): generates 10^8 x 2 Parquet, 10^7 x 2
 # CSV and 10^7 x 30 Parquet into benchmarks/out/scale (about 4.5 GB, not committed).

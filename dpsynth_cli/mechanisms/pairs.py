@@ -115,13 +115,14 @@ class Plan:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "name": "marginals",
             "epsilon": {
                 "one_way": float(self.one_way),
                 "selection": float(self.select),
                 "two_way": float(self.pairs),
             },
             "attributes": [
-                {"cube_column": a.column, "grid": a.kind, "values": a.values}
+                {"cube_column": a.column, "grid": a.kind, "atoms": a.atoms, "values": a.values}
                 for a in self.attributes
             ],
             "bins_per_attribute_at_most": self.bins,
