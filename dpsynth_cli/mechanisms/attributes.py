@@ -24,7 +24,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-PAIR_CELLS = 64  # pair-grid cells of an attribute (its missing value aside)
+PAIR_CELLS = 64  # pair-grid cells of an attribute at most (its missing value aside)
+PAIR_COUNTS = 1 << 24  # two-way counts kept in all (128 MiB): fewer pair cells for wide tables
 MAX_CELL_BITS = 10
 ATOMS = 1 << MAX_CELL_BITS  # equal cells of a number without few codes
 
@@ -44,6 +45,7 @@ class Attribute:
     size: int  # values of the one-way release: runs of atoms (levels: the levels)
     slots: int = 1  # a level column's slots in the cube (2^ceil(log2 L))
     flag: int | None = None  # the cube column of its missing flag (nullable float/datetime)
+    pair_limit: int = PAIR_CELLS  # pair-grid cells at most (`pair_cells_for`)
 
     @property
     def missing(self) -> bool:
@@ -60,7 +62,7 @@ class Attribute:
 
     @property
     def pair_groups(self) -> int:
-        return min(self.atoms, PAIR_CELLS)
+        return min(self.atoms, self.pair_limit)
 
     @property
     def pair_cells(self) -> int:
@@ -138,6 +140,14 @@ class Attribute:
         return replace(self, size=min(self.atoms, 1 << int(min(max(bits, 1), MAX_CELL_BITS))))
 
 
+def pair_cells_for(columns: int) -> int:
+    """Pair-grid cells per attribute for a table of this many columns: the largest power of
+    two (16 to PAIR_CELLS) whose tables for every pair fit PAIR_COUNTS counts."""
+    pairs = max(columns * (columns - 1) // 2, 1)
+    cells = 1 << max(int(math.log2(math.sqrt(PAIR_COUNTS / pairs))), 4)
+    return min(cells, PAIR_CELLS)
+
+
 def attributes(
     d: int,
     lead: tuple[int, ...],
@@ -148,15 +158,16 @@ def attributes(
     public facts only; `with_size` fixes the release grid once the noisy count is known."""
     flag_of = {value: flag for value, flag in flagged}
     flags = set(flag_of.values())
+    limit = pair_cells_for(d - len(flags))
     out = []
     for c in range(d):
         if c in flags:
             continue
         if c < len(lead):
             levels = max(codes[c] if codes else 1 << lead[c], 1)
-            out.append(Attribute(c, "level", levels, levels, slots=1 << lead[c]))
+            out.append(Attribute(c, "level", levels, levels, 1 << lead[c], pair_limit=limit))
             continue
         count = codes[c] if codes else 0
         kind, atoms = ("code", count) if 0 < count <= ATOMS else ("cell", ATOMS)
-        out.append(Attribute(c, kind, atoms, atoms, flag=flag_of.get(c)))
+        out.append(Attribute(c, kind, atoms, atoms, flag=flag_of.get(c), pair_limit=limit))
     return tuple(out)
