@@ -1,41 +1,47 @@
 """`--mechanism marginals`: select, measure, generate on one-way and two-way marginals.
 
 The marginal-based recipe that keeps the relationships of real tables (MST: McKenna, Miklau &
-Sheldon 2021), re-derived for pure epsilon-DP with exact discrete noise, and with continuous
-columns kept continuous:
+Sheldon 2021), re-derived for pure epsilon-DP with exact discrete noise, with continuous columns
+kept continuous:
 
-1. One pass over the rows (`PairCounts`): every attribute's one-way histogram on its public grid
-   (`attributes`) and every pair's two-way histogram on the pair grids (exact integers, batches
-   and workers add).
-2. One-way release (share ONE_WAY of epsilon): discrete Laplace noise on every cell of every
-   attribute's histogram, then `hierarchy`'s pruning and integer consistency (post-processing).
+1. One pass over the rows (`PairCounts`, on grids fixed by public facts, so synth takes it with
+   the row count): every attribute's counts per atom and every pair's two-way histogram on the
+   pair grids (`attributes`; exact integers, batches and workers add).
+2. One-way release (share ONE_WAY of epsilon): the atoms summed into the release grid (levels,
+   codes, or 2^b runs, b from eps and the noisy count), discrete Laplace noise on every cell,
+   then `hierarchy`'s pruning and integer consistency (post-processing).
 3. Bins (post-processing): each attribute's values grouped into at most `bins` bins from the
-   released one-way counts: quantile runs for numbers, the most frequent levels for levels, so
-   two-way cells are about equally full where the data is.
-4. Selection (share SELECT): a spanning tree over the attributes, Kruskal-style, each of its D - 1
-   edges chosen by permute-and-flip (`noise.permute_and_flip`) among the pairs that join two
-   components, scored by how far the pair's two-way histogram on the bins is from the product of
-   its released one-way marginals (L1, rounded down to an integer).
-5. Measurement (share PAIRS): discrete Laplace noise on every cell of the D - 1 chosen two-way
+   released counts: quantile runs for numbers, the most frequent levels for levels, so two-way
+   cells are about equally full where the data is.
+4. Selection (share SELECT): R = (D - 1) + T rounds of permute-and-flip
+   (`noise.permute_and_flip`): first a spanning tree, Kruskal-style, among the pairs that join
+   two components, scored by how far the pair's two-way histogram on the bins is from the
+   product of the released one-way marginals; then (after step 5's tree tables) T = D - 2
+   second parents: column c conditions also on b, a tree neighbour of its parent p, scored by
+   how far the (b, c) histogram is from what the fitted tree implies. T = 0 when the bins would
+   fall below SECOND_PARENT_BINS (too little signal). Scores are L1 distances rounded down.
+5. Measurement (share PAIRS): discrete Laplace noise on every cell of the R chosen two-way
    histograms on the bins.
-6. Generation (`tree_model`, post-processing): the tree model fitted to the noisy tables and
-   drawn from; values inside a bin follow the one-way release.
+6. Generation (`tree_model`, post-processing): bin probabilities from the least-squares mix of
+   the one-way and two-way releases, the tree tables and triangles fitted by iterative
+   proportional fitting, rows drawn ancestrally; values inside a bin follow the one-way release,
+   with a Gaussian copula along tree edges.
 
 Privacy. Neighbouring relation add/remove one row (default): the row adds or removes 1 in one
 cell of each histogram (a nullable column's "missing" is a cell), so every one-way and two-way
 histogram has L1 sensitivity sens = 1 (replace one row: 2, `histogram_sensitivity`). Step 2 puts
 scale sens * D / eps_1 on each of the D one-way histograms (each eps_1 / D-DP; D of them compose
 to eps_1). Step 4's score |H - E|_1 has sensitivity sens (E is fixed by released values; rounding
-down to an integer keeps a change of at most sens), so each round of permute-and-flip at
-eps_S / (D - 1) is (eps_S / (D - 1))-DP and the D - 1 rounds compose to eps_S (adaptively: each
-round's candidates depend only on earlier released choices). Step 5 puts scale
-sens * (D - 1) / eps_2 on each of the D - 1 histograms: eps_2. The grids, bins, the number of
-edges and every scale are functions of public facts (schema, eps, D) and released values (the
+down to an integer keeps a change of at most sens), so each round of permute-and-flip at eps_S / R
+is (eps_S / R)-DP (McKenna & Sheldon 2020, Theorem 1) and the R rounds compose to eps_S
+(adaptively: each round's candidates and scores' reference tables depend only on earlier
+releases). Step 5 puts scale sens * R / eps_2 on each of the R histograms: eps_2. The grids,
+bins, R and every scale are functions of public facts (schema, eps, D) and released values (the
 noisy count, the one-way release), never of the rows. Total eps_1 + eps_S + eps_2 = epsilon
 exactly (rational arithmetic; `tests/test_pairs.py`). Steps 3 and 6 read only released values.
 
-Accuracy: no a-priori W1 bound (the tree model drops every dependence it does not measure);
-measured in docs/benchmarks.md ("Real tables").
+Accuracy: no a-priori W1 bound (the model keeps only the dependences it measures); measured in
+docs/benchmarks.md ("Real tables").
 """
 
 from __future__ import annotations
