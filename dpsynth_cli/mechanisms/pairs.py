@@ -514,7 +514,10 @@ def build_model(
 ) -> tree_model.TreeModel:
     """The model from released values (post-processing): each attribute's parents and
     P(bin | parents' bins), within-bin quantiles, copula links along tree edges."""
-    quantiles = [tree_model.Quantiles.of(b, m) for b, m in zip(value_bin, one_way, strict=True)]
+    quantiles = [
+        tree_model.Quantiles.of(b, m, a.size if a.kind == "cell" else 0)
+        for a, b, m in zip(attrs, value_bin, one_way, strict=True)
+    ]
     second = {c: b for b, c in extra}
     parents, conditional, link = [], [], []
     for a in range(len(attrs)):

@@ -29,6 +29,7 @@ import numpy as np
 from scipy.special import ndtri
 
 from dpsynth_cli.mechanisms.attributes import Attribute
+from dpsynth_cli.mechanisms.placement import linear_inverse_cdf, relative_slope
 
 IPF_ROUNDS = 60
 LINK_MAX = 0.995
@@ -131,9 +132,12 @@ class Quantiles:
     cdf: np.ndarray  # cumulative mass over `order`, cdf[0] = 0, cdf[-1] = 1
     lo: np.ndarray  # bin -> position in `order` of its first value
     hi: np.ndarray  # bin -> one past its last
+    slope: np.ndarray  # value -> slope of its linear density (0: uniform)
 
     @classmethod
-    def of(cls, value_bin: np.ndarray, mass: np.ndarray) -> Quantiles:
+    def of(cls, value_bin: np.ndarray, mass: np.ndarray, cells: int = 0) -> Quantiles:
+        """`cells`: how many of the values are equal cells of a number, in order (their
+        density inside a cell follows the neighbours' released masses); 0 for levels and codes."""
         order = np.argsort(value_bin, kind="stable")
         m = np.maximum(mass[order], 0.0) + 1e-9 * max(float(mass.sum()), 1.0) / mass.size
         cdf = np.concatenate([[0.0], np.cumsum(m)]) / m.sum()
@@ -141,7 +145,12 @@ class Quantiles:
         k = int(value_bin.max()) + 1
         lo = np.searchsorted(sorted_bins, np.arange(k), side="left")
         hi = np.searchsorted(sorted_bins, np.arange(k), side="right")
-        return cls(order, cdf, lo, hi)
+        slope = np.zeros(mass.size)
+        if cells > 1:
+            c = np.maximum(mass[:cells], 0.0)
+            padded = np.concatenate([c[:1], c, c[-1:]])
+            slope[:cells] = relative_slope(padded[:-2], c, padded[2:])
+        return cls(order, cdf, lo, hi, slope)
 
     def place(self, bins: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The value at within-bin quantile u of each row's bin, the position inside that
@@ -153,7 +162,8 @@ class Quantiles:
         )
         width = self.cdf[at + 1] - self.cdf[at]
         frac = np.clip((t - self.cdf[at]) / width, 0.0, 1.0 - 1e-12)
-        return self.order[at], frac, t
+        values = self.order[at]
+        return values, linear_inverse_cdf(self.slope[values], frac), t
 
 
 def within_bin_ranks(bins: np.ndarray, latent: np.ndarray, rng: np.random.Generator) -> np.ndarray:
