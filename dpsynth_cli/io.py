@@ -41,7 +41,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol
 
@@ -1201,6 +1201,9 @@ def _parquet_schema(display: str, where: Any) -> tuple[pa.Schema, int]:
 # --------------------------------------------------------------------------- writing
 
 
+_PRIVATE_MODE = 0o600  # owner-only files: `--diagnostics`
+
+
 def _default_mode() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -1218,12 +1221,14 @@ def _check_output_path(path: str) -> tuple[str, str]:
 
 
 @contextlib.contextmanager
-def atomic_output(path: str) -> Iterator[BinaryIO]:
+def atomic_output(path: str, *, private: bool = False) -> Iterator[BinaryIO]:
     """Yield a binary file that replaces `path` atomically when the block ends without error.
 
     The data goes to a temporary file in the same directory, which is flushed, fsynced and then
     renamed over `path`; on any error it is removed and `path` is left as it was. A missing
-    directory is a UsageError; an OS error while writing is a DataError.
+    directory is a UsageError; an OS error while writing is a DataError. The file gets the mode
+    of the file it replaces, else the umask's; `private` makes it owner-only (0600) whatever the
+    old file's mode was (non-private diagnostics: true counts and distances).
     """
     target, directory = _check_output_path(path)
     prefix = _temp_prefix(target)
@@ -1236,10 +1241,13 @@ def atomic_output(path: str) -> Iterator[BinaryIO]:
         raise DataError(f"cannot write {path}: {_reason(exc)}") from None
     try:
         _set_signals_blocked(False)  # a signal held meanwhile is raised here: tmp is removed
-        try:
-            os.fchmod(fd, os.stat(target).st_mode & 0o7777)
-        except FileNotFoundError:
-            os.fchmod(fd, _default_mode())
+        if private:
+            os.fchmod(fd, _PRIVATE_MODE)  # mkstemp made it 0600 already: kept so
+        else:
+            try:
+                os.fchmod(fd, os.stat(target).st_mode & 0o7777)
+            except FileNotFoundError:
+                os.fchmod(fd, _default_mode())
         with os.fdopen(fd, "wb") as fh:
             fd = -1
             yield fh
@@ -1328,9 +1336,11 @@ def write_outputs(
     input_path: str | None,
     schema: pa.Schema | None = None,
     extra: Mapping[str, Content | Callable[[], Content]] | None = None,
+    private: Collection[str] = (),
 ) -> None:
     """Write a table, or an iterable of record batches (or tables) with `schema`, to `path`
-    ("-" = stdout) as `fmt`, and each `extra` {path: content} (e.g. the JSON report).
+    ("-" = stdout) as `fmt`, and each `extra` {path: content} (e.g. the JSON report); the
+    `extra` paths in `private` are written owner-only (`atomic_output`).
 
     `schema` (required for an empty iterable) fixes the columns and carries the metadata a
     Parquet file keeps. An `extra` content may be a function, called once the batches are all
@@ -1364,7 +1374,8 @@ def write_outputs(
             stack.callback(_set_signals_blocked, False)  # runs after every rename
             for out, content in extras.items():
                 if not callable(content):
-                    stack.enter_context(atomic_output(out)).write(_encoded(content))
+                    side = stack.enter_context(atomic_output(out, private=out in private))
+                    side.write(_encoded(content))
             if path != STDIO:
                 fh = stack.enter_context(atomic_output(path))
                 for chunk in _serialise(pieces, schema, path, fmt):
@@ -1374,7 +1385,8 @@ def write_outputs(
                 _stage(_serialise(pieces, schema, path, fmt), staged)
             for out, content in extras.items():
                 if callable(content):
-                    stack.enter_context(atomic_output(out)).write(_encoded(content()))
+                    side = stack.enter_context(atomic_output(out, private=out in private))
+                    side.write(_encoded(content()))
             _set_signals_blocked(True)  # a SIGTERM now waits until all renames are done
         if path == STDIO:  # after the extra files: the reader may close the pipe at any time
             if staged is not None:
@@ -1801,9 +1813,11 @@ def write_part_directory(
     *,
     input_path: str | None,
     extra: Mapping[str, Content] | None = None,
+    private: Collection[str] = (),
 ) -> int:
     """Write a directory of part files at `path`, and each `extra` {path: content} file after
-    it, all or nothing, as `write_outputs` does for one file; returns the number of parts.
+    it (owner-only if in `private`), all or nothing, as `write_outputs` does for one file;
+    returns the number of parts.
 
     `fill(tmp)` writes parts `part_name(i, part_suffix(path, fmt))` for i < k into the temporary
     directory `tmp` (Dask workers do, for `--engine dask`) and returns k, once all are written.
@@ -1829,7 +1843,8 @@ def write_part_directory(
     with contextlib.ExitStack() as stack:  # commit together: temporary files first, renames last
         stack.callback(_set_signals_blocked, False)  # runs after every rename
         for out, content in extras.items():  # entered first, so renamed after the directory
-            stack.enter_context(atomic_output(out)).write(_encoded(content))
+            side = stack.enter_context(atomic_output(out, private=out in private))
+            side.write(_encoded(content))
         tmp = stack.enter_context(atomic_directory(path, input_path=input_path))
         parts = fill(tmp)
         _settle_parts(tmp, parts, suffix, path)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -146,11 +146,13 @@ def write_output(
     *,
     input_path: str | None,
     extra: Mapping[str, str | bytes] | None = None,
+    private: Collection[str] = (),
     window: int | None = None,
 ) -> int:
     """Write the output as a directory of part files, part i = batch i of `plan`, each placed
     and written by a worker (`tables(batch)`: placement and map back), all or nothing with the
-    `extra` files after it (`io.write_part_directory`). Returns the number of parts.
+    `extra` files after it (`io.write_part_directory`; those in `private` owner-only). Returns
+    the number of parts.
 
     `plan` is consumed lazily and at most `window` batches (default: twice the workers' threads)
     are out at once, so the client holds a few batch plans, never the output.
@@ -160,7 +162,9 @@ def write_output(
     def fill(tmp: str) -> int:
         return _write_parts(client, tables, iter(plan), tmp, path, suffix, fmt, schema, window)
 
-    return io.write_part_directory(fill, path, fmt, input_path=input_path, extra=extra)
+    return io.write_part_directory(
+        fill, path, fmt, input_path=input_path, extra=extra, private=private
+    )
 
 
 def _write_parts(
