@@ -113,6 +113,8 @@ def test_help_says_what_is_public_and_protected(runner):
     for phrase in (*phrases, "is streamed with memory bounded by a batch", "sorted in memory"):
         assert phrase in text, phrase
     assert "replace: one row's values changed" in text and "add-remove: one time" in text
+    assert "the --order-by column (its values set the order; it may not be a synthesised" in text
+    assert "may not be one of the synthesised columns" in text
     for param in get_command(app).commands["online-replay"].params:
         if param.param_type_name == "option" and param.name != "help":
             assert "e.g." in (param.help or ""), param.name
@@ -237,6 +239,29 @@ def test_missing_order_by_values(runner, tmp_path):
     one_line_error(result, 1)
     assert "'time' has missing values" in result.output
     assert not out.exists()
+
+
+@pytest.mark.parametrize("declare", [["--bounds", "time=0:100"], ["--schema", "s.json"]])
+def test_order_by_a_synthesised_column_is_refused(runner, tmp_path, declare, monkeypatch):
+    """Issue 22, finding 2: the order is public but a synthesised column's values are protected;
+    one row's value would move it across the stream (privacy loss about 4-5 at eps 1). Refused
+    before any row is read (exit 2, one line, nothing made); the report's model (and --help,
+    above) says the --order-by column is public and not synthesised."""
+    monkeypatch.chdir(tmp_path)
+    schema = {c: {"type": "float", "lower": 0, "upper": 100} for c in ("time", "x")}
+    Path("s.json").write_text(json.dumps({"columns": schema}))
+    src = write_csv(tmp_path / "s.csv", stream(30))
+    out, st = tmp_path / "rel", tmp_path / "st"
+    flags = ["--bounds", "x=0:1", *declare] if declare[0] == "--bounds" else declare
+    args = [src, "--eps", 1, "--order-by", "time", *flags, "--out-dir", out, "--state", st]
+    result = run(runner, *args)
+    one_line_error(result, 2)
+    assert "--order-by time is also a synthesised column" in result.output
+    assert not out.exists() and not st.exists()
+    ok = run(runner, src, "--eps", 1, "--order-by", "time", "--bounds", "x=0:1", "--out-dir", out)
+    assert ok.exit_code == 0, ok.output
+    model = json.loads((out / REPORT_NAME).read_text())["privacy_model"]
+    assert "the --order-by column" in model and "may not be a synthesised column" in model
 
 
 @pytest.mark.parametrize(
