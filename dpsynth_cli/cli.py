@@ -198,6 +198,8 @@ def synth(
             "--columns chooses columns"
         )
     source = RandomSource.seeded(seed) if seed is not None else RandomSource.secure()
+    if scheduler and not scheduler.startswith("tls://"):
+        feedback.warning(dask_engine.PLAIN_SCHEDULER.format(scheduler=scheduler))
     with contextlib.ExitStack() as running:  # a Dask cluster lives until its parts are written
         cluster = running.enter_context(dask_engine.client(scheduler)) if engine == "dask" else None
         with feedback.step("synthesising"):
