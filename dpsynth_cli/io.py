@@ -65,13 +65,16 @@ __all__ = [
     "check_part_directory",
     "default_batch_rows",
     "detect_format",
+    "move_file",
     "open_input",
     "parquet_files",
     "part_directory_format",
     "part_name",
     "part_suffix",
+    "process_alive",
     "read_input",
     "read_table",
+    "signals_held",
     "write_outputs",
     "write_part",
     "write_part_directory",
@@ -1279,7 +1282,7 @@ def _remove_stale_temps(directory: str, prefix: str) -> None:
             if not (name.startswith(prefix) and name.endswith(".tmp")):
                 continue
             pid = name[len(prefix) :].partition("-")[0]
-            if pid.isdigit() and not _alive(int(pid)):
+            if pid.isdigit() and not process_alive(int(pid)):
                 where = os.path.join(directory, name)
                 if os.path.isdir(where) and not os.path.islink(where):  # a part directory's
                     shutil.rmtree(where, ignore_errors=True)
@@ -1288,7 +1291,8 @@ def _remove_stale_temps(directory: str, prefix: str) -> None:
                     os.unlink(where)
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` exists (so that its temporary files are not stale)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -1313,6 +1317,41 @@ def atomic_write_bytes(path: str, data: bytes | str) -> None:
         data = data.encode("utf-8")
     with atomic_output(path) as fh:
         fh.write(data)
+
+
+def move_file(src: str, dst: str) -> None:
+    """Move the file `src` to `dst` atomically: one rename, or, across file systems, a copy to
+    a temporary file beside `dst` (fsynced, with the mode the umask gives) renamed over it, and
+    then `src` removed. Stop signals are not touched (the caller may hold them)."""
+    try:
+        os.replace(src, dst)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+    else:
+        _fsync_dir(os.path.dirname(os.path.abspath(dst)))
+        return
+    target = os.path.abspath(dst)
+    directory = os.path.dirname(target)
+    prefix = _temp_prefix(target)
+    _remove_stale_temps(directory, prefix)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f"{prefix}{os.getpid()}-", suffix=".tmp")
+    try:
+        os.fchmod(fd, _default_mode())
+        with os.fdopen(fd, "wb") as out, open(src, "rb") as data:
+            fd = -1
+            shutil.copyfileobj(data, out, _SPOOL_CHUNK)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(directory)
+    os.unlink(src)
 
 
 def write_table(table: pa.Table, path: str, fmt: str, *, input_path: str | None) -> None:
@@ -1466,6 +1505,17 @@ def _set_signals_blocked(blocked: bool) -> None:
 
 
 _held: tuple[dict[int, Any], list[int]] | None = None
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Stop signals (SIGINT, SIGTERM, SIGHUP) wait until the block ends (`_set_signals_blocked`):
+    for a few renames that must all happen once begun."""
+    _set_signals_blocked(True)
+    try:
+        yield
+    finally:
+        _set_signals_blocked(False)
 
 
 def _refuse_input(out: str, input_path: str | None) -> None:

@@ -58,7 +58,12 @@ def write_csv(path: Path, cols: dict[str, np.ndarray]) -> Path:
 
 
 def listing(path: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(path.iterdir())} if path.exists() else {}
+    """Every file below `path` (relative name: content)."""
+    if not path.exists():
+        return {}
+    return {
+        str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()
+    }
 
 
 def one_line_error(result, code: int) -> None:
@@ -296,6 +301,40 @@ def test_bad_flags_are_one_line_usage_errors(runner, tmp_path, flags, says):
     one_line_error(result, 2)
     assert says in result.output
     assert not out.exists()
+
+
+def test_sigterm_before_the_commit_shows_nothing_in_out_dir(tmp_path):
+    """Issue 22, finding 3, through the real command: a cron timeout (SIGTERM) after a release
+    is drawn but before the state commits. --out-dir (public) never holds a file of the run,
+    not even for a moment: the draw waits in the state's 0700 staging directory, and goes with
+    the stopped run; the rerun then releases the checkpoint once."""
+    import signal
+    import subprocess
+    import time
+
+    pq.write_table(pa.table(stream(300_000)), tmp_path / "s.parquet")
+    out, st = tmp_path / "rel", tmp_path / "st"
+    cmd = [sys.executable, "-m", "dpsynth_cli", "online-replay", str(tmp_path / "s.parquet")]
+    cmd += ["--eps", "1", "--order-by", "time", *BOUNDS, "--checkpoints", "1000", "--quiet"]
+    cmd += ["--state", str(st), "--out-dir", str(out)]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
+    public, stopped, deadline = set(), False, time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline:
+        public |= set(os.listdir(out)) if out.is_dir() else set()
+        staging = st / "staging"
+        if staging.is_dir() and "release-000000001000.parquet" in os.listdir(staging):
+            assert oct(staging.stat().st_mode & 0o777) == "0o700"
+            proc.send_signal(signal.SIGTERM)
+            stopped = True
+            break
+        time.sleep(0.002)
+    _, err = proc.communicate(timeout=120)
+    assert public == set() and stopped, (public, err)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert listing(out) == {} and os.listdir(st / "staging") == []
+    again = subprocess.run(cmd, capture_output=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert set(listing(out)) == {"release-000000001000.parquet", REPORT_NAME}
 
 
 def test_releases_never_go_into_the_input_directory(runner, tmp_path):
