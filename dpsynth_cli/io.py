@@ -893,8 +893,10 @@ class _FieldCap:
                 data, view = data[end + 1 :], view[end + 1 :]
         if data:
             quoted = b'"' in data
-            if self.limit is None or quoted or self._state != _OUT or self._skipping:
+            if self.limit is None or self._skipping or not (quoted or self._state == _OUT):
                 self._general(data, view, following, quoted, out)
+            elif quoted:
+                self._quoted(data, view, following, out)
             else:
                 self._plain(data, view, out)
             self._prev = data[-1]
@@ -933,6 +935,42 @@ class _FieldCap:
         out += [self._carry, view[: last + 1]]
         self._carry, self._length = data[last + 1 :], n - last - 1
 
+    def _quoted(
+        self, data: bytes, view: memoryview, following: int, out: list[bytes | memoryview]
+    ) -> None:
+        """A block with quotes: when they pair up by parity (`_boundaries`) and every record
+        in it is at most `limit` bytes (the first counted with the open field before it), none
+        of its fields is longer, and it goes on as it is up to its last record end; the rest (at
+        most `limit` bytes) through `_general`. Else all of it through `_general`. This looks
+        at the record ends only, one per row where `_general` looks at every delimiter."""
+        limit = self.limit
+        assert limit is not None
+        buf = np.frombuffer(data, dtype=np.uint8)
+        quotes = np.flatnonzero(buf == _QUOTE)
+        ends = np.flatnonzero(buf == _LF)
+        if b"\r" in data:
+            ends = np.union1d(ends, np.flatnonzero(buf == _CR))
+        odd = self._parity(buf, quotes)
+        if odd is None:
+            ends = ends[:0]
+        else:
+            ends = ends[(np.searchsorted(quotes, ends) + odd) % 2 == 0]  # outside quoted fields
+        n = len(data)
+        if (
+            not ends.size
+            or self._length + int(ends[0]) > limit
+            or n - int(ends[-1]) - 1 > limit
+            or (ends.size > 1 and int(np.diff(ends).max()) - 1 > limit)
+        ):
+            self._general(data, view, following, True, out)
+            return
+        last = int(ends[-1])
+        out += [self._carry, view[: last + 1]]
+        self._carry, self._length, self._prev, self._state = b"", 0, data[last], _OUT
+        rest = data[last + 1 :]
+        if rest:
+            self._general(rest, view[last + 1 :], following, b'"' in rest, out)
+
     def _boundaries(self, buf: np.ndarray, following: int, quoted: bool) -> np.ndarray:
         """The offsets of the delimiters outside quoted fields in `buf` (the field boundaries);
         carries the quote state on.
@@ -946,13 +984,8 @@ class _FieldCap:
         if not quoted:
             return delims if self._state == _OUT else delims[:0]
         quotes = np.flatnonzero(buf == _QUOTE)
-        odd = 1 if self._state == _IN else 0  # _ESC: the next byte is a quote that reopens
-        opening = quotes[odd::2]
-        before = buf[np.maximum(opening - 1, 0)].astype(np.int16)
-        if opening.size and opening[0] == 0:  # a quote before it ends an escaped pair: _ESC
-            escaped = self._prev == _QUOTE and self._state == _ESC
-            before[0] = self._prev if self._prev != _QUOTE or escaped else 0
-        if np.isin(before, _FIELD_STARTS).all():
+        odd = self._parity(buf, quotes)
+        if odd is not None:
             seen = np.cumsum(buf == _QUOTE, dtype=np.int32)[delims]  # quotes before each
             inside = (seen + odd) % 2 == 1
             if (quotes.size + odd) % 2:
@@ -966,6 +999,19 @@ class _FieldCap:
         states = np.where(k > 0, after[np.maximum(k - 1, 0)], self._state)
         self._state = int(after[-1])
         return delims[states == _OUT]
+
+    def _parity(self, buf: np.ndarray, quotes: np.ndarray) -> int | None:
+        """1 if the block starts inside a quoted field, else 0, when counting quotes gives the
+        quote state (every quote that parity takes as opening starts a field or follows a
+        quote); None when it does not. A quote at the start of the block that follows the
+        previous block's quote reopens only from _ESC (an escaped pair across the blocks)."""
+        odd = 1 if self._state == _IN else 0  # _ESC: the next byte is a quote that reopens
+        opening = quotes[odd::2]
+        before = buf[np.maximum(opening - 1, 0)].astype(np.int16)
+        if opening.size and opening[0] == 0:
+            escaped = self._prev == _QUOTE and self._state == _ESC
+            before[0] = self._prev if self._prev != _QUOTE or escaped else 0
+        return odd if np.isin(before, _FIELD_STARTS).all() else None
 
     def _general(
         self,
