@@ -11,7 +11,9 @@ CSV reading is strict about *structure*. pyarrow's streaming reader parses the r
 with the wrong number of fields goes to a handler that keeps only its number and the two field
 counts (never its text). On the way to pyarrow every block is checked for what pyarrow does not
 check: UTF-8 validity of every byte (also in columns not read) and the quote state at the end of
-the data (pyarrow silently accepts an unterminated quoted field). Only when something is wrong is
+the data (pyarrow silently accepts an unterminated quoted field). A field longer than
+`field_limit` is replaced by an empty one (`_FieldCap`, docs/privacy.md): record length is not
+structure, so no row's length can fail a run. Only when something is wrong is
 the input scanned again, record by record and one block at a time (`_CsvScan`, vectorised), to
 turn pyarrow's record number or a byte offset into a physical line number (1-based, the header is
 line 1; blank lines and line breaks inside quoted fields count). A clean file pays for no scan.
@@ -96,9 +98,11 @@ CSV_CHUNK_ROWS = 65_536  # rows per serialised CSV chunk when writing
 DEFAULT_BATCH_ROWS = 1_000_000
 BATCH_VALUE_BYTES = 128 << 20
 # pyarrow reads CSV in blocks of this many bytes, and a record (a row, with any line breaks inside
-# its quoted fields) must fit in one block (two, if it is lucky). Its streaming reader reads up to
-# 32 blocks ahead, which bounds the raw CSV held at once to about 70 MiB; its batches of one block
-# each (about 10^5 rows of a few numeric columns) are gathered into batches of `batch_rows`.
+# its quoted fields) must fit in one block (two, if it is lucky): so fields longer than
+# `field_limit(CSV_BLOCK_BYTES, fields)` are read as missing (`_FieldCap`), which makes every
+# record with the header's number of fields fit, whatever its length. Its streaming reader reads
+# up to 32 blocks ahead, which bounds the raw CSV held at once to about 70 MiB; its batches of one
+# block each (about 10^5 rows of a few numeric columns) are gathered into batches of `batch_rows`.
 CSV_BLOCK_BYTES = 2 << 20
 # Parquet output: small batches are gathered into row groups of up to this size.
 ROW_GROUP_ROWS = 1 << 20
