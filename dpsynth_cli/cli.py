@@ -198,6 +198,8 @@ def synth(
             "--columns chooses columns"
         )
     source = RandomSource.seeded(seed) if seed is not None else RandomSource.secure()
+    if scheduler and not scheduler.startswith("tls://"):
+        feedback.warning(dask_engine.PLAIN_SCHEDULER.format(scheduler=scheduler))
     with contextlib.ExitStack() as running:  # a Dask cluster lives until its parts are written
         cluster = running.enter_context(dask_engine.client(scheduler)) if engine == "dask" else None
         with feedback.step("synthesising"):
@@ -230,10 +232,11 @@ def synth(
             for p, c in ((report_file, public), (diagnostics, result.diagnostics))
             if p
         }
+        private = [diagnostics] if diagnostics else []  # true counts and W1: owner-only (0600)
         if cluster is not None:
             plan = result.plan(read.batch_rows)
             with feedback.step("writing part files on the cluster"):
-                _write_on_dask(cluster, result, plan, output, out_fmt, input, mark, extra)
+                _write_on_dask(cluster, result, plan, output, out_fmt, input, mark, extra, private)
         else:
             io.write_outputs(
                 (t.replace_schema_metadata(mark) for t in result.batches(read.batch_rows)),
@@ -242,6 +245,7 @@ def synth(
                 input_path=input,
                 schema=result.domain.output_schema(mark),
                 extra=extra,
+                private=private,
             )
     if report_file is None:
         feedback.notice(
@@ -290,12 +294,21 @@ def _write_on_dask(
     input_path: str,
     mark: dict[str, str] | None,
     extra: dict[str, str],
+    private: list[str],
 ) -> None:
     """The output as a directory of part files, batch i placed and written by a worker from
     the released plan: the local engine's batches for the same seed and --batch-rows."""
     schema = result.domain.output_schema(mark)
     dask_engine.write_output(
-        client, result.tables, plan, path, fmt, schema, input_path=input_path, extra=extra
+        client,
+        result.tables,
+        plan,
+        path,
+        fmt,
+        schema,
+        input_path=input_path,
+        extra=extra,
+        private=private,
     )
 
 

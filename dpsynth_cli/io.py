@@ -11,7 +11,9 @@ CSV reading is strict about *structure*. pyarrow's streaming reader parses the r
 with the wrong number of fields goes to a handler that keeps only its number and the two field
 counts (never its text). On the way to pyarrow every block is checked for what pyarrow does not
 check: UTF-8 validity of every byte (also in columns not read) and the quote state at the end of
-the data (pyarrow silently accepts an unterminated quoted field). Only when something is wrong is
+the data (pyarrow silently accepts an unterminated quoted field). A field longer than
+`field_limit` is replaced by an empty one (`_FieldCap`, docs/privacy.md): record length is not
+structure, so no row's length can fail a run. Only when something is wrong is
 the input scanned again, record by record and one block at a time (`_CsvScan`, vectorised), to
 turn pyarrow's record number or a byte offset into a physical line number (1-based, the header is
 line 1; blank lines and line breaks inside quoted fields count). A clean file pays for no scan.
@@ -25,6 +27,7 @@ schema (docs/privacy.md, "The domain is declared").
 from __future__ import annotations
 
 import codecs
+import collections
 import contextlib
 import errno
 import gzip
@@ -41,7 +44,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol
 
@@ -65,13 +68,16 @@ __all__ = [
     "check_part_directory",
     "default_batch_rows",
     "detect_format",
+    "move_file",
     "open_input",
     "parquet_files",
     "part_directory_format",
     "part_name",
     "part_suffix",
+    "process_alive",
     "read_input",
     "read_table",
+    "signals_held",
     "write_outputs",
     "write_part",
     "write_part_directory",
@@ -92,9 +98,11 @@ CSV_CHUNK_ROWS = 65_536  # rows per serialised CSV chunk when writing
 DEFAULT_BATCH_ROWS = 1_000_000
 BATCH_VALUE_BYTES = 128 << 20
 # pyarrow reads CSV in blocks of this many bytes, and a record (a row, with any line breaks inside
-# its quoted fields) must fit in one block (two, if it is lucky). Its streaming reader reads up to
-# 32 blocks ahead, which bounds the raw CSV held at once to about 70 MiB; its batches of one block
-# each (about 10^5 rows of a few numeric columns) are gathered into batches of `batch_rows`.
+# its quoted fields) must fit in one block (two, if it is lucky): so fields longer than
+# `field_limit(CSV_BLOCK_BYTES, fields)` are read as missing (`_FieldCap`), which makes every
+# record with the header's number of fields fit, whatever its length. Its streaming reader reads
+# up to 32 blocks ahead, which bounds the raw CSV held at once to about 70 MiB; its batches of one
+# block each (about 10^5 rows of a few numeric columns) are gathered into batches of `batch_rows`.
 CSV_BLOCK_BYTES = 2 << 20
 # Parquet output: small batches are gathered into row groups of up to this size.
 ROW_GROUP_ROWS = 1 << 20
@@ -664,8 +672,10 @@ class _CsvScan:
 
     Follows pyarrow's parser: records end at LF, CRLF or a lone CR outside quoted fields, and
     blank records are skipped, so the rank of a non-blank record is pyarrow's row number.
-    Finds the physical line of record `want`, of the first invalid UTF-8 byte, of the first
-    record longer than `block` bytes, and of the quote that opened a field still open.
+    Finds the physical line of record `want`, of the first invalid UTF-8 byte, of a first
+    record (the header) longer than `block` bytes, of the first record whose number of fields
+    differs from `fields` (default: the first record's), and of the quote that opened a field
+    still open.
     """
 
     def __init__(
@@ -677,12 +687,16 @@ class _CsvScan:
         pos: int = 0,
         state: int = _OUT,
         prev: int = -1,
+        fields: int | None = None,
     ) -> None:
         self.block, self.want = block, want
         self.pos, self.state, self.prev = pos, state, prev
         self.lines = 0  # line ends before pos
         self.records = 0  # non-blank records ended before pos
         self.rec_start, self.rec_line = pos, 1  # the record under way
+        self.rec_commas = 0  # commas outside quotes in the record under way, before pos
+        self.fields = fields
+        self.bad_fields: tuple[int, int, int, int] | None = None  # line, rank, expected, found
         self.want_line: int | None = None
         self.want_ended = False  # record `want` ended with a line end (it is not the last)
         self.long_line: int | None = None
@@ -712,16 +726,20 @@ class _CsvScan:
                 self._bad_utf8 = bad
                 self.bad_utf8_line = self.lines + int(np.searchsorted(ends, bad - pos)) + 1
         quotes = np.flatnonzero(buf == _QUOTE) if b'"' in data else buf[:0]
+        commas = np.flatnonzero(buf == _COMMA)
         if quotes.size:
             steps = _quote_steps(buf, quotes, self.prev, following)
             after = _prefix_states(steps, self.state)
             before = np.concatenate([[self.state], after[:-1]])
             k = np.searchsorted(quotes, ends)
             inside = np.where(k > 0, after[np.maximum(k - 1, 0)], self.state) != _OUT
+            kc = np.searchsorted(quotes, commas)
+            commas = commas[np.where(kc > 0, after[np.maximum(kc - 1, 0)], self.state) == _OUT]
             opens = quotes[(before == _OUT) & (steps[:, _OUT] == _IN)]
             state = int(after[-1])
         else:
             inside = np.full(ends.size, self.state != _OUT)
+            commas = commas if self.state == _OUT else commas[:0]
             opens, state = quotes, self.state
         term_idx = np.flatnonzero(~inside)
         terms = ends[term_idx]
@@ -742,9 +760,16 @@ class _CsvScan:
                 if hit.size:
                     self.want_line, self.want_ended = int(lines[hit[0]]), True
             if self.long_line is None:
-                long = np.flatnonzero(nonblank & (length + 1 > self.block))
+                long = np.flatnonzero(nonblank & (ranks == 1) & (length + 1 > self.block))
                 if long.size:
                     self.long_line = int(lines[long[0]])
+            upto = np.searchsorted(commas, terms)
+            fields = np.diff(np.concatenate([[0], upto])) + 1
+            fields[0] += self.rec_commas
+            self.rec_commas = int(commas.size - upto[-1])
+            self._check_fields(fields[nonblank], lines[nonblank], ranks[nonblank])
+        else:
+            self.rec_commas += int(commas.size)
         if state == _OUT:
             self.opening = None
         elif opens.size:
@@ -764,6 +789,17 @@ class _CsvScan:
         self.state = state
         return pos + terms
 
+    def _check_fields(self, fields: np.ndarray, lines: np.ndarray, ranks: np.ndarray) -> None:
+        """Note the first non-blank record whose number of fields is not the expected one."""
+        if not fields.size or self.bad_fields is not None:
+            return
+        if self.fields is None:
+            self.fields = int(fields[0])
+        wrong = np.flatnonzero(fields != self.fields)
+        if wrong.size:
+            j = int(wrong[0])
+            self.bad_fields = (int(lines[j]), int(ranks[j]), self.fields, int(fields[j]))
+
     def finish(self) -> None:
         """The end of the data: the last record may end without a line end."""
         self.at_end = True
@@ -772,8 +808,262 @@ class _CsvScan:
             if self.want == self.records and self.want_line is None:
                 self.want_line = self.rec_line
             long = self.pos - self.rec_start + 1 > self.block  # pyarrow gets a line end too
-            if self.long_line is None and long and self.state == _OUT:  # else: unterminated
-                self.long_line = self.rec_line
+            first = self.records == 1
+            if self.long_line is None and long and first and self.state == _OUT:
+                self.long_line = self.rec_line  # else: unterminated
+            if self.state == _OUT:
+                one = np.array([self.rec_commas + 1])
+                self._check_fields(one, np.array([self.rec_line]), np.array([self.records]))
+
+
+def field_limit(block: int, fields: int) -> int:
+    """The longest field (bytes between two delimiters, quotes included) read as it is, in a CSV
+    of `fields` fields per record read in blocks of `block` bytes: a record whose fields are all
+    this long, with its commas and a CRLF, fits in one block, which is all pyarrow needs. A
+    longer field is read as missing (`_FieldCap`). Public: from the header and a constant."""
+    return max(2, (block - 2) // max(fields, 1) - 1)
+
+
+# A long field's replacement: an empty quoted field, which is missing (null), in any column.
+_MISSING_FIELD = b'""'
+_DELIMITERS = (b",", b"\n", b"\r")
+# What may come before a quote that opens a quoted field (-1: the start of the data), or before
+# the second quote of an escaped pair.
+_FIELD_STARTS = np.array([_COMMA, _LF, _CR, _QUOTE, -1], dtype=np.int16)
+
+
+def _first_of(data: bytes, needles: tuple[bytes, ...], start: int, end: int) -> int:
+    """The first offset in data[start:end] of any of `needles` (single bytes), or -1; each search
+    stops where an earlier needle was found."""
+    found = -1
+    for needle in needles:
+        at = data.find(needle, start, end if found < 0 else found)
+        if at >= 0:
+            found = at
+    return found
+
+
+def _last_of(data: bytes, needles: tuple[bytes, ...], start: int, end: int) -> int:
+    """The last offset in data[start:end] of any of `needles` (single bytes), or -1."""
+    found = -1
+    for needle in needles:
+        at = data.rfind(needle, start if found < 0 else found + 1, end)
+        if at >= 0:
+            found = at
+    return found
+
+
+class _FieldCap:
+    """The CSV stream with every field longer than `field_limit` replaced by `""` (missing), in
+    memory bounded by a block and the limit.
+
+    Why: pyarrow parses a record only if it fits in its blocks, so a row longer than a block
+    failed the whole run, and between one and two blocks that depended on where the row fell,
+    i.e. on the other rows' sizes. With every field capped, every record with the header's
+    field count fits in one block whatever the data; the cap is a function of the field's own
+    bytes and of public things (the header's field count, the block size), so a row is read
+    the same wherever it is and whatever the other rows are. A long field in a column that is
+    not read changes nothing; in a column that is read its value is missing, like any value
+    that does not parse.
+
+    Fields are the bytes between delimiters (comma, LF, CR) outside quoted fields, with
+    pyarrow's quote rules (`_quote_steps`). The first record is the header when `fields` is
+    None: passed on as it is, and its field count sets the limit. The field still open at the
+    end of a block is held back (at most `limit` bytes; beyond that it is dropped and becomes
+    `""` at its end), so a field is judged whole before any byte of it is passed on.
+    """
+
+    def __init__(self, block: int, fields: int | None) -> None:
+        self._block = block
+        self.limit = None if fields is None else field_limit(block, fields)
+        self._header_fields = 1  # fields of the header record seen so far
+        self._state, self._prev = _OUT, -1
+        self._carry = b""  # the open field's bytes so far (not while skipping)
+        self._length = 0  # the open field's length so far
+        self._skipping = False  # the open field is longer than the limit
+
+    def feed(self, data: bytes, following: int) -> list[bytes | memoryview]:
+        """The pieces to pass on for the next piece of the stream (`following`: the byte after
+        it, -1 at the end); views of `data` where it goes on unchanged (no copies)."""
+        out: list[bytes | memoryview] = []
+        view = memoryview(data)
+        if data and self.limit is None and self._state == _OUT:  # a header without quotes
+            end = _first_of(data, (b"\n", b"\r"), 0, len(data))
+            if end >= 0 and b'"' not in data[:end]:
+                self._header_fields += data.count(b",", 0, end)
+                self.limit = field_limit(self._block, self._header_fields)
+                self._prev = data[end]
+                out.append(view[: end + 1])
+                data, view = data[end + 1 :], view[end + 1 :]
+        if data:
+            quoted = b'"' in data
+            if self.limit is None or self._skipping or not (quoted or self._state == _OUT):
+                self._general(data, view, following, quoted, out)
+            elif quoted:
+                self._quoted(data, view, following, out)
+            else:
+                self._plain(data, view, out)
+            self._prev = data[-1]
+        if following < 0:
+            out.append(self._flush())
+        return out
+
+    def _flush(self) -> bytes:
+        """The end of the data also ends the open field."""
+        long = self._skipping or (self.limit is not None and self._length > self.limit)
+        out = _MISSING_FIELD if long else self._carry
+        self._carry, self._length, self._skipping = b"", 0, False
+        return out
+
+    def _plain(self, data: bytes, view: memoryview, out: list[bytes | memoryview]) -> None:
+        """A block without quotes outside a quoted field: its delimiters are the field
+        boundaries. When a check of windows of about limit/2 bytes shows every field short, the
+        block goes on as it is, less its open field; otherwise `_general`."""
+        limit, n = self.limit, len(data)
+        assert limit is not None
+        first = _first_of(data, _DELIMITERS, 0, n)
+        last = _last_of(data, _DELIMITERS, 0, n)
+        window = limit // 2 + 1  # every window holds a delimiter: fields <= 2 window - 2
+        if (
+            first < 0
+            or self._length + first > limit
+            or n - last - 1 > limit
+            or (last - first) // window > 64
+            or not all(
+                _first_of(data, _DELIMITERS, i, i + window) >= 0
+                for i in range(first + 1, last - window + 1, window)
+            )
+        ):
+            self._general(data, view, -1, False, out)
+            return
+        out += [self._carry, view[: last + 1]]
+        self._carry, self._length = data[last + 1 :], n - last - 1
+
+    def _quoted(
+        self, data: bytes, view: memoryview, following: int, out: list[bytes | memoryview]
+    ) -> None:
+        """A block with quotes: when they pair up by parity (`_boundaries`) and every record
+        in it is at most `limit` bytes (the first counted with the open field before it), none
+        of its fields is longer, and it goes on as it is up to its last record end; the rest (at
+        most `limit` bytes) through `_general`. Else all of it through `_general`. This looks
+        at the record ends only, one per row where `_general` looks at every delimiter."""
+        limit = self.limit
+        assert limit is not None
+        buf = np.frombuffer(data, dtype=np.uint8)
+        quotes = np.flatnonzero(buf == _QUOTE)
+        ends = np.flatnonzero(buf == _LF)
+        if b"\r" in data:
+            ends = np.union1d(ends, np.flatnonzero(buf == _CR))
+        odd = self._parity(buf, quotes)
+        if odd is None:
+            ends = ends[:0]
+        else:
+            ends = ends[(np.searchsorted(quotes, ends) + odd) % 2 == 0]  # outside quoted fields
+        n = len(data)
+        if (
+            not ends.size
+            or self._length + int(ends[0]) > limit
+            or n - int(ends[-1]) - 1 > limit
+            or (ends.size > 1 and int(np.diff(ends).max()) - 1 > limit)
+        ):
+            self._general(data, view, following, True, out)
+            return
+        last = int(ends[-1])
+        out += [self._carry, view[: last + 1]]
+        self._carry, self._length, self._prev, self._state = b"", 0, data[last], _OUT
+        rest = data[last + 1 :]
+        if rest:
+            self._general(rest, view[last + 1 :], following, b'"' in rest, out)
+
+    def _boundaries(self, buf: np.ndarray, following: int, quoted: bool) -> np.ndarray:
+        """The offsets of the delimiters outside quoted fields in `buf` (the field boundaries);
+        carries the quote state on.
+
+        With quotes, the quick way: the n-th quote (from the state at the start) toggles
+        inside/outside by parity, which is pyarrow's rule exactly when every quote that parity
+        takes as opening sits at the start of a field or right after a quote (the second of an
+        escaped pair; by induction, the states then agree at every byte that is not a quote).
+        Otherwise (a quote inside an unquoted field) the exact scan of `_quote_steps`."""
+        delims = np.flatnonzero((buf == _COMMA) | (buf == _LF) | (buf == _CR))
+        if not quoted:
+            return delims if self._state == _OUT else delims[:0]
+        quotes = np.flatnonzero(buf == _QUOTE)
+        odd = self._parity(buf, quotes)
+        if odd is not None:
+            seen = np.cumsum(buf == _QUOTE, dtype=np.int32)[delims]  # quotes before each
+            inside = (seen + odd) % 2 == 1
+            if (quotes.size + odd) % 2:
+                self._state = _IN
+            else:
+                self._state = _ESC if buf[-1] == _QUOTE and following == _QUOTE else _OUT
+            return delims[~inside]
+        steps = _quote_steps(buf, quotes, self._prev, following)
+        after = _prefix_states(steps, self._state)
+        k = np.searchsorted(quotes, delims)
+        states = np.where(k > 0, after[np.maximum(k - 1, 0)], self._state)
+        self._state = int(after[-1])
+        return delims[states == _OUT]
+
+    def _parity(self, buf: np.ndarray, quotes: np.ndarray) -> int | None:
+        """1 if the block starts inside a quoted field, else 0, when counting quotes gives the
+        quote state (every quote that parity takes as opening starts a field or follows a
+        quote); None when it does not. A quote at the start of the block that follows the
+        previous block's quote reopens only from _ESC (an escaped pair across the blocks)."""
+        odd = 1 if self._state == _IN else 0  # _ESC: the next byte is a quote that reopens
+        opening = quotes[odd::2]
+        before = buf[np.maximum(opening - 1, 0)].astype(np.int16)
+        if opening.size and opening[0] == 0:
+            escaped = self._prev == _QUOTE and self._state == _ESC
+            before[0] = self._prev if self._prev != _QUOTE or escaped else 0
+        return odd if np.isin(before, _FIELD_STARTS).all() else None
+
+    def _general(
+        self,
+        data: bytes,
+        view: memoryview,
+        following: int,
+        quoted: bool,
+        out: list[bytes | memoryview],
+    ) -> None:
+        buf = np.frombuffer(data, dtype=np.uint8)
+        bounds = self._boundaries(buf, following, quoted)
+        start = 0
+        if self.limit is None:  # the header: passed on whole, its fields counted
+            ends = bounds[(buf[bounds] == _LF) | (buf[bounds] == _CR)]
+            if not ends.size:
+                self._header_fields += int(np.count_nonzero(buf[bounds] == _COMMA))
+                out.append(view)
+                return
+            start = int(ends[0]) + 1
+            self._header_fields += int(np.count_nonzero(buf[bounds[bounds < start]] == _COMMA))
+            self.limit = field_limit(self._block, self._header_fields)
+            out.append(view[:start])
+            bounds = bounds[bounds >= start]
+        if not bounds.size:  # the open field goes on to the end of the block
+            self._open(data[start:])
+            return
+        limit, b0 = self.limit, int(bounds[0])
+        if self._skipping or self._length + (b0 - start) > limit:
+            out.append(_MISSING_FIELD)
+        else:
+            out += [self._carry, view[start:b0]]
+        self._carry, self._length, self._skipping = b"", 0, False
+        lengths = np.diff(bounds) - 1
+        at = b0
+        for j in np.flatnonzero(lengths > limit):
+            out += [view[at : int(bounds[j]) + 1], _MISSING_FIELD]
+            at = int(bounds[j + 1])
+        last = int(bounds[-1])
+        out.append(view[at : last + 1])
+        self._open(data[last + 1 :])
+
+    def _open(self, more: bytes) -> None:
+        """`more` continues the open field (held back, or dropped once it is too long)."""
+        self._length += len(more)
+        if self._skipping or (self.limit is not None and self._length > self.limit):
+            self._carry, self._skipping = b"", True
+        else:
+            self._carry += more
 
 
 class _CsvFeed(pyio.RawIOBase):
@@ -786,10 +1076,12 @@ class _CsvFeed(pyio.RawIOBase):
     header-only file without a final line end gets one (pyarrow needs it).
     """
 
-    def __init__(self, blocks: _CsvBlocks, block: int) -> None:
+    def __init__(self, blocks: _CsvBlocks, block: int, fields: int | None) -> None:
         super().__init__()
         self._blocks, self._block = blocks.blocks(), block
-        self._cur, self._at, self._done = b"", 0, False
+        self._cap = _FieldCap(block, fields)
+        self._pieces: collections.deque[bytes | memoryview] = collections.deque()
+        self._done, self._last = False, -1  # the last byte passed on
         self._state, self._prev = _OUT, -1
         self._utf8 = _Utf8()
         self._cutter: tuple[_CsvScan, int] | None = None  # looking for the bad record's end
@@ -804,14 +1096,22 @@ class _CsvFeed(pyio.RawIOBase):
         return True
 
     def read(self, n: int = -1) -> bytes:
-        while self._at >= len(self._cur):
-            if self._done:
-                return b""
-            self._advance()
-        end = len(self._cur) if n is None or n < 0 else self._at + n
-        data = self._cur[self._at : end]
-        self._at += len(data)
-        return data
+        """`n` bytes (fewer only at the end): pyarrow's blocks are then all `block` bytes, so
+        a record up to that long is always whole in one block or two adjacent ones."""
+        parts: list[bytes | memoryview] = []
+        want = (1 << 62) if n is None or n < 0 else n
+        while want > 0:
+            while not self._pieces:
+                if self._done:
+                    return b"".join(parts)
+                self._advance()
+            piece = self._pieces.popleft()
+            if len(piece) > want:
+                self._pieces.appendleft(piece[want:])
+                piece = piece[:want]
+            want -= len(piece)
+            parts.append(piece)
+        return b"".join(parts)
 
     def readinto(self, buffer: Any) -> int:
         data = self.read(len(buffer))
@@ -821,7 +1121,8 @@ class _CsvFeed(pyio.RawIOBase):
     def _advance(self) -> None:
         item = next(self._blocks, None)
         if item is None:
-            self._done, self._cur, self._at = True, b"", 0
+            self._done = True
+            self._put(self._cap.feed(b"", -1))
             return
         data, pos, following = item
         if self._cutter is None:
@@ -847,9 +1148,18 @@ class _CsvFeed(pyio.RawIOBase):
                 self.unterminated = self._state != _OUT
         if following < 0:
             self._done = True
-            if out and out[-1:] not in (b"\n", b"\r"):
-                out += b"\n"
-        self._cur, self._at = out, 0
+        self._put(self._cap.feed(out, -1 if self._done else following))
+
+    def _put(self, pieces: list[bytes | memoryview]) -> None:
+        """Queue what the field cap passed on; at the end, a final line end if there is none
+        (pyarrow needs it after a header-only file)."""
+        for piece in pieces:
+            if len(piece):
+                self._pieces.append(piece)
+                self._last = piece[-1]
+        if self._done and self._last not in (-1, _LF, _CR):
+            self._pieces.append(b"\n")
+            self._last = _LF
 
 
 def _masked_from(data: bytes, start: int) -> bytes:
@@ -883,6 +1193,9 @@ class _CsvSource(InputSource):
         super().__init__(data.spool)
         self._data, self.name, self._header = data, data.name, header
         self._block = CSV_BLOCK_BYTES
+        # fields per record, for the field limit: the header's (counted as it is read) or, with
+        # --no-header, the columns named
+        self._fields = None if header or columns is None else len(columns)
         names = self._first_names()
         if header:
             if all(_NUMBER.fullmatch(n.strip()) for n in names):
@@ -918,7 +1231,7 @@ class _CsvSource(InputSource):
         )
         invalid: list[tuple[int | None, int, int]] = []
         with self._data.open() as raw:
-            feed = _CsvFeed(_CsvBlocks(raw, self.name, self._block), self._block)
+            feed = _CsvFeed(_CsvBlocks(raw, self.name, self._block), self._block, self._fields)
             names = None if self._header else self.all_columns
             reader, failed = self._reader(feed, invalid, convert, names), False
             out = _Rebatch(self.batch_rows)
@@ -981,7 +1294,7 @@ class _CsvSource(InputSource):
         finds the first one in the file.
         """
         with self._data.open() as raw:
-            feed = _CsvFeed(_CsvBlocks(raw, self.name, self._block), self._block)
+            feed = _CsvFeed(_CsvBlocks(raw, self.name, self._block), self._block, self._fields)
             reader = self._reader(feed, [], None)
             names = None
             if reader is not None:
@@ -1000,7 +1313,7 @@ class _CsvSource(InputSource):
         invalid: list[tuple[int | None, int, int]] = []
         nothing = pacsv.ConvertOptions(include_columns=[_NO_COLUMN], include_missing_columns=True)
         with self._data.open() as raw:
-            feed = _CsvFeed(_CsvBlocks(raw, self.name, self._block), self._block)
+            feed = _CsvFeed(_CsvBlocks(raw, self.name, self._block), self._block, self._fields)
             reader, failed = self._reader(feed, invalid, nothing), False
             if reader is not None:
                 try:
@@ -1021,12 +1334,13 @@ class _CsvSource(InputSource):
         number, expected, actual = invalid[0] if invalid else (None, 0, 0)
         with self._data.open() as raw:
             blocks = _CsvBlocks(raw, self.name, self._block)
-            scan = _CsvScan(self._block, want=number, utf8=True)
+            scan = _CsvScan(self._block, want=number, utf8=True, fields=self._fields)
             for data, _, following in blocks.blocks():
                 scan.feed(data, following)
                 if number is not None and scan.want_ended:
                     break  # a quoted field still open at the end opens after this record
-                if number is None and (scan.bad_utf8_ended or (failed and scan.long_line)):
+                wrong = scan.long_line or scan.bad_fields
+                if number is None and (scan.bad_utf8_ended or (failed and wrong)):
                     break  # the same: anything later is on a later line
             else:
                 scan.finish()
@@ -1034,17 +1348,24 @@ class _CsvSource(InputSource):
         if scan.bad_utf8_line is not None:
             problems.append((scan.bad_utf8_line, "invalid UTF-8 (the file must be UTF-8 encoded)"))
         opening = scan.opening if scan.at_end and scan.state != _OUT else None
+        line = None
         if number is not None and scan.want_line is not None:
-            if opening is None or number < opening.rank:
-                kind = "too many fields" if actual > expected else "too few fields"
-                what = f"{kind} (expected {expected} like the header, found {actual})"
-                problems.append((scan.want_line, what))
-                opening = None  # a malformed record before the open quote comes first
+            line, rank = scan.want_line, number
+        elif failed and scan.bad_fields is not None:
+            # pyarrow could not hold it in its blocks, even with its fields cut to the limit
+            # (_FieldCap): a record with more fields than the header
+            line, rank, expected, actual = scan.bad_fields
+        if line is not None and (opening is None or rank < opening.rank):
+            kind = "too many fields" if actual > expected else "too few fields"
+            what = f"{kind} (expected {expected} like the header, found {actual})"
+            problems.append((line, what))
+            opening = None  # a malformed record before the open quote comes first
         if opening is not None:
             problems.append((opening.line, 'unterminated quoted field (missing closing ")'))
-        if failed and scan.long_line is not None:  # pyarrow's blocks could not hold it
+        if failed and scan.long_line is not None:  # pyarrow's first block could not hold it
             size = f"{self._block >> 20} MiB" if self._block >= 1 << 20 else f"{self._block} bytes"
-            what = f"a row longer than {size}, the most dpsynth reads at once"
+            first = "header line" if self._header else "first row"
+            what = f"the {first} is longer than {size}, the most dpsynth reads at once"
             problems.append((scan.long_line, what))
         if not problems:
             return DataError(f"cannot parse {self.name} as CSV")
@@ -1201,6 +1522,9 @@ def _parquet_schema(display: str, where: Any) -> tuple[pa.Schema, int]:
 # --------------------------------------------------------------------------- writing
 
 
+_PRIVATE_MODE = 0o600  # owner-only files: `--diagnostics`
+
+
 def _default_mode() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -1218,12 +1542,14 @@ def _check_output_path(path: str) -> tuple[str, str]:
 
 
 @contextlib.contextmanager
-def atomic_output(path: str) -> Iterator[BinaryIO]:
+def atomic_output(path: str, *, private: bool = False) -> Iterator[BinaryIO]:
     """Yield a binary file that replaces `path` atomically when the block ends without error.
 
     The data goes to a temporary file in the same directory, which is flushed, fsynced and then
     renamed over `path`; on any error it is removed and `path` is left as it was. A missing
-    directory is a UsageError; an OS error while writing is a DataError.
+    directory is a UsageError; an OS error while writing is a DataError. The file gets the mode
+    of the file it replaces, else the umask's; `private` makes it owner-only (0600) whatever the
+    old file's mode was (non-private diagnostics: true counts and distances).
     """
     target, directory = _check_output_path(path)
     prefix = _temp_prefix(target)
@@ -1236,10 +1562,13 @@ def atomic_output(path: str) -> Iterator[BinaryIO]:
         raise DataError(f"cannot write {path}: {_reason(exc)}") from None
     try:
         _set_signals_blocked(False)  # a signal held meanwhile is raised here: tmp is removed
-        try:
-            os.fchmod(fd, os.stat(target).st_mode & 0o7777)
-        except FileNotFoundError:
-            os.fchmod(fd, _default_mode())
+        if private:
+            os.fchmod(fd, _PRIVATE_MODE)  # mkstemp made it 0600 already: kept so
+        else:
+            try:
+                os.fchmod(fd, os.stat(target).st_mode & 0o7777)
+            except FileNotFoundError:
+                os.fchmod(fd, _default_mode())
         with os.fdopen(fd, "wb") as fh:
             fd = -1
             yield fh
@@ -1271,7 +1600,7 @@ def _remove_stale_temps(directory: str, prefix: str) -> None:
             if not (name.startswith(prefix) and name.endswith(".tmp")):
                 continue
             pid = name[len(prefix) :].partition("-")[0]
-            if pid.isdigit() and not _alive(int(pid)):
+            if pid.isdigit() and not process_alive(int(pid)):
                 where = os.path.join(directory, name)
                 if os.path.isdir(where) and not os.path.islink(where):  # a part directory's
                     shutil.rmtree(where, ignore_errors=True)
@@ -1280,7 +1609,8 @@ def _remove_stale_temps(directory: str, prefix: str) -> None:
                     os.unlink(where)
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` exists (so that its temporary files are not stale)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -1307,6 +1637,41 @@ def atomic_write_bytes(path: str, data: bytes | str) -> None:
         fh.write(data)
 
 
+def move_file(src: str, dst: str) -> None:
+    """Move the file `src` to `dst` atomically: one rename, or, across file systems, a copy to
+    a temporary file beside `dst` (fsynced, with the mode the umask gives) renamed over it, and
+    then `src` removed. Stop signals are not touched (the caller may hold them)."""
+    try:
+        os.replace(src, dst)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+    else:
+        _fsync_dir(os.path.dirname(os.path.abspath(dst)))
+        return
+    target = os.path.abspath(dst)
+    directory = os.path.dirname(target)
+    prefix = _temp_prefix(target)
+    _remove_stale_temps(directory, prefix)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f"{prefix}{os.getpid()}-", suffix=".tmp")
+    try:
+        os.fchmod(fd, _default_mode())
+        with os.fdopen(fd, "wb") as out, open(src, "rb") as data:
+            fd = -1
+            shutil.copyfileobj(data, out, _SPOOL_CHUNK)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(directory)
+    os.unlink(src)
+
+
 def write_table(table: pa.Table, path: str, fmt: str, *, input_path: str | None) -> None:
     """Write `table` to `path` ("-" = stdout) as `fmt`; `.gz` paths get gzipped CSV.
 
@@ -1328,9 +1693,11 @@ def write_outputs(
     input_path: str | None,
     schema: pa.Schema | None = None,
     extra: Mapping[str, Content | Callable[[], Content]] | None = None,
+    private: Collection[str] = (),
 ) -> None:
     """Write a table, or an iterable of record batches (or tables) with `schema`, to `path`
-    ("-" = stdout) as `fmt`, and each `extra` {path: content} (e.g. the JSON report).
+    ("-" = stdout) as `fmt`, and each `extra` {path: content} (e.g. the JSON report); the
+    `extra` paths in `private` are written owner-only (`atomic_output`).
 
     `schema` (required for an empty iterable) fixes the columns and carries the metadata a
     Parquet file keeps. An `extra` content may be a function, called once the batches are all
@@ -1364,7 +1731,8 @@ def write_outputs(
             stack.callback(_set_signals_blocked, False)  # runs after every rename
             for out, content in extras.items():
                 if not callable(content):
-                    stack.enter_context(atomic_output(out)).write(_encoded(content))
+                    side = stack.enter_context(atomic_output(out, private=out in private))
+                    side.write(_encoded(content))
             if path != STDIO:
                 fh = stack.enter_context(atomic_output(path))
                 for chunk in _serialise(pieces, schema, path, fmt):
@@ -1374,7 +1742,8 @@ def write_outputs(
                 _stage(_serialise(pieces, schema, path, fmt), staged)
             for out, content in extras.items():
                 if callable(content):
-                    stack.enter_context(atomic_output(out)).write(_encoded(content()))
+                    side = stack.enter_context(atomic_output(out, private=out in private))
+                    side.write(_encoded(content()))
             _set_signals_blocked(True)  # a SIGTERM now waits until all renames are done
         if path == STDIO:  # after the extra files: the reader may close the pipe at any time
             if staged is not None:
@@ -1454,6 +1823,17 @@ def _set_signals_blocked(blocked: bool) -> None:
 
 
 _held: tuple[dict[int, Any], list[int]] | None = None
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Stop signals (SIGINT, SIGTERM, SIGHUP) wait until the block ends (`_set_signals_blocked`):
+    for a few renames that must all happen once begun."""
+    _set_signals_blocked(True)
+    try:
+        yield
+    finally:
+        _set_signals_blocked(False)
 
 
 def _refuse_input(out: str, input_path: str | None) -> None:
@@ -1801,9 +2181,11 @@ def write_part_directory(
     *,
     input_path: str | None,
     extra: Mapping[str, Content] | None = None,
+    private: Collection[str] = (),
 ) -> int:
     """Write a directory of part files at `path`, and each `extra` {path: content} file after
-    it, all or nothing, as `write_outputs` does for one file; returns the number of parts.
+    it (owner-only if in `private`), all or nothing, as `write_outputs` does for one file;
+    returns the number of parts.
 
     `fill(tmp)` writes parts `part_name(i, part_suffix(path, fmt))` for i < k into the temporary
     directory `tmp` (Dask workers do, for `--engine dask`) and returns k, once all are written.
@@ -1829,7 +2211,8 @@ def write_part_directory(
     with contextlib.ExitStack() as stack:  # commit together: temporary files first, renames last
         stack.callback(_set_signals_blocked, False)  # runs after every rename
         for out, content in extras.items():  # entered first, so renamed after the directory
-            stack.enter_context(atomic_output(out)).write(_encoded(content))
+            side = stack.enter_context(atomic_output(out, private=out in private))
+            side.write(_encoded(content))
         tmp = stack.enter_context(atomic_directory(path, input_path=input_path))
         parts = fill(tmp)
         _settle_parts(tmp, parts, suffix, path)

@@ -57,7 +57,9 @@ OrderBy = Annotated[
         "--order-by",
         metavar="COL",
         help="Column that orders the rows into a stream, e.g. --order-by time (stable: ties "
-        "keep the file's order). PUBLIC: it is the timeline. CSV text sorts as numbers when "
+        "keep the file's order). PUBLIC: its values and the order they give are the timeline, "
+        "so it may not be one of the synthesised columns (refused, exit 2: their values are "
+        "protected). CSV text sorts as numbers when "
         "every value is one, else as text (ISO 8601 times work). A missing value is an error "
         "(exit 1). Default: the file's row order. A file already in this order (checked first "
         "by reading this column alone) is streamed with memory bounded by a batch; any other "

@@ -189,7 +189,8 @@ Diagnostics = Annotated[
         "--diagnostics",
         metavar="FILE",
         help="Also write NON-PRIVATE diagnostics (the true number of complete rows and the W1 "
-        "between input and output) to FILE, e.g. --diagnostics diag.json. Never release it.",
+        "between input and output) to FILE, e.g. --diagnostics diag.json, readable by its "
+        "owner only (0600). Never release it.",
     ),
 ]
 DryRun = Annotated[

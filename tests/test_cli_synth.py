@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from fractions import Fraction
+from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from dpsynth_cli import io
 from dpsynth_cli.cli import app
 from dpsynth_cli.mechanisms import pmm
 from dpsynth_cli.report import NOT_FOR_RELEASE
@@ -123,6 +126,35 @@ def test_diagnostics_go_to_a_separate_labelled_file(runner, small_csv, tmp_path)
     assert "w1" in json.dumps(block).lower()
     public = (tmp_path / "o.csv.report.json").read_text()
     assert "NOT_DIFFERENTIALLY_PRIVATE" not in public and '"w1_unit_cube"' not in public
+
+
+def test_diagnostics_are_owner_only(runner, small_csv, tmp_path):
+    """They hold the true row count and W1 (issue 22, finding 4): 0600 under the usual umask,
+    also when they replace a world-readable file, while the output and report keep the umask's
+    mode; the same through the part-directory writer of --engine dask."""
+    old = os.umask(0o022)
+    try:
+        out, diag = tmp_path / "o.csv", tmp_path / "diag.json"
+        diag.write_text("{}")
+        diag.chmod(0o644)
+        args = ("--eps", 1, *BOUNDS, "-o", out, "--diagnostics", diag, "--seed", 1)
+        assert synth(runner, small_csv, *args).exit_code == 0
+        assert diag.stat().st_mode & 0o777 == 0o600
+        assert out.stat().st_mode & 0o777 == 0o644
+        assert (tmp_path / "o.csv.report.json").stat().st_mode & 0o777 == 0o644
+        parts, side, public = tmp_path / "p.csv", tmp_path / "d2.json", tmp_path / "r.json"
+
+        def fill(tmp: str) -> int:
+            (Path(tmp) / io.part_name(0, ".csv")).write_text("a\n1\n")
+            return 1
+
+        extra = {str(side): "{}", str(public): "{}"}
+        io.write_part_directory(
+            fill, str(parts), "csv", input_path=None, extra=extra, private=[str(side)]
+        )
+        assert side.stat().st_mode & 0o777 == 0o600 and public.stat().st_mode & 0o777 == 0o644
+    finally:
+        os.umask(old)
 
 
 def test_help_explains_every_option_with_an_example(runner):

@@ -47,6 +47,104 @@ def dataset(tmp_path_factory):
     return root, table
 
 
+def _listening(pid: int) -> list[tuple[str, int]]:
+    """The (address, port) pairs that process `pid` and its children listen on."""
+    import psutil
+
+    me = psutil.Process(pid)
+    return [
+        (c.laddr.ip, c.laddr.port)
+        for p in [me, *me.children(recursive=True)]
+        for c in p.net_connections(kind="inet")
+        if c.status == psutil.CONN_LISTEN
+    ]
+
+
+def test_the_local_cluster_is_for_this_process_only(client):
+    """Issue 22, finding 5: the workers read the raw input, so nobody else may reach them. The
+    scheduler and every worker and nanny speak TLS on 127.0.0.1, and every listener of the
+    cluster's processes is on loopback; a client without the run's temporary credentials (none,
+    a TLS client without a certificate, another certificate, plain TCP) cannot connect; there is
+    no dashboard and the HTTP servers serve no page (no task stream, memory or timings)."""
+    import asyncio
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    from distributed import Security
+    from distributed.comm import connect
+
+    info = client.scheduler_info()
+    address = client.scheduler.address
+    assert address.startswith("tls://127.0.0.1:")
+    workers = info["workers"].values()
+    assert len(workers) == 2
+    for w in workers:
+        assert w["nanny"].startswith("tls://127.0.0.1:")
+    assert all(a.startswith("tls://127.0.0.1:") for a in info["workers"])
+    listeners = _listening(os.getpid())
+    assert len(listeners) >= 7 and {ip for ip, _ in listeners} == {"127.0.0.1"}
+
+    async def attempt(where: str, **kwargs) -> None:
+        comm = await connect(where, timeout=3, **kwargs)
+        await comm.close()
+
+    bare = ssl.create_default_context()
+    bare.check_hostname, bare.verify_mode = False, ssl.CERT_NONE
+    others = Security.temporary().get_connection_args("client")
+    for where in [address, *info["workers"]]:
+        for kwargs in ({}, {"ssl_context": bare}, others):
+            with pytest.raises((OSError, TypeError, ValueError)):
+                asyncio.run(attempt(where, **kwargs))
+        with pytest.raises(OSError):
+            asyncio.run(attempt(where.replace("tls://", "tcp://")))
+    ports = [info["services"]["dashboard"]] + [w["services"]["dashboard"] for w in workers]
+    for port in ports:
+        for page in ("/status", "/info/main/workers.html", "/metrics", "/health"):
+            with pytest.raises(urllib.error.HTTPError) as answer:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}{page}", timeout=3)
+            assert answer.value.code == 404
+
+
+def test_an_existing_cluster_is_reached_with_the_tls_configuration(client, dataset, tmp_path):
+    """`--scheduler tls://...` works with Dask's TLS configuration (here the fixture cluster's
+    credentials, given as contents instead of file names) and fails in one line without it; a
+    tcp:// scheduler gets a warning that it is neither encrypted nor authenticated."""
+    import dask
+    from typer.testing import CliRunner
+
+    from dpsynth_cli.cli import app
+
+    root, _ = dataset
+    args = ["synth", str(root), "--input-format", "parquet", "--eps", "1", "--seed", "5"]
+    args += ["--bounds", "a=0:10", "--bounds", "b=0:20", "--engine", "dask", "-o"]
+    runner = CliRunner()
+    address = client.scheduler.address
+    failed = runner.invoke(app, [*args, str(tmp_path / "x.csv"), "--scheduler", address])
+    assert failed.exit_code == 1 and not (tmp_path / "x.csv").exists()
+    assert failed.output.strip().splitlines()[-1:] == [
+        f"dpsynth: error: --scheduler {address}: cannot connect (no TLS configuration); a tls:// "
+        "scheduler needs Dask's TLS configuration (distributed.comm.tls.*, docs/privacy.md)"
+    ]
+    sec = client.security
+    config = {
+        "distributed.comm.require-encryption": True,
+        "distributed.comm.tls.ca-file": sec.tls_ca_file,
+        "distributed.comm.tls.client.cert": sec.tls_client_cert,
+        "distributed.comm.tls.client.key": sec.tls_client_key,
+    }
+    with dask.config.set(config):
+        done = runner.invoke(app, [*args, str(tmp_path / "o.csv"), "--scheduler", address])
+    assert done.exit_code == 0, done.output
+    assert "not tls://" not in done.output and (tmp_path / "o.csv" / "part-00000.csv").exists()
+    with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
+        plain = runner.invoke(
+            app, [*args, str(tmp_path / "p.csv"), "--scheduler", "tcp://127.0.0.1:1"]
+        )
+    assert plain.exit_code == 1
+    assert "dpsynth: warning: --scheduler tcp://127.0.0.1:1 is not tls://" in plain.output
+
+
 def test_dask_statistics_equal_local(client, dataset):
     root, table = dataset
     parts = dask_engine.parquet_partitions(str(root), ["a", "b"], batch_rows=700)

@@ -499,6 +499,31 @@ def test_atomic_write_bytes(tmp_path):
     assert out.stat().st_mode & 0o777 == 0o666 & ~mask
 
 
+def test_move_file_across_file_systems(tmp_path, monkeypatch):
+    """online-replay publishes a staged release from the state directory, which may be on
+    another file system than --out-dir: then it is copied beside the target (umask mode),
+    renamed over it, and the staged file removed."""
+    import errno
+
+    (tmp_path / "stage").mkdir(mode=0o700)
+    src, dst = tmp_path / "stage" / "r.parquet", tmp_path / "r.parquet"
+    src.write_bytes(b"release")
+    src.chmod(0o600)
+    real = os.replace
+
+    def no_rename_across(a, b):
+        if str(a) == str(src):
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        return real(a, b)
+
+    monkeypatch.setattr(dio.os, "replace", no_rename_across)
+    dio.move_file(str(src), str(dst))
+    mask = os.umask(0)
+    os.umask(mask)
+    assert dst.read_bytes() == b"release" and dst.stat().st_mode & 0o777 == 0o666 & ~mask
+    assert not src.exists() and listdir(tmp_path) == ["r.parquet", "stage"]
+
+
 def test_missing_output_directory(tmp_path):
     out = str(tmp_path / "no" / "such" / "out.csv")
     msg = error_of(UsageError, dio.write_table, sample_table(), out, "csv", input_path=None)

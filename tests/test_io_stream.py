@@ -218,13 +218,27 @@ def test_unterminated_quote_early_in_a_long_file(tmp_path, small_blocks):
 
 
 def test_a_row_longer_than_a_block(tmp_path, small_blocks):
+    """Issue 22, finding 1: a row of any length is read; its fields longer than the limit
+    (here (64 - 2) // 2 - 1 = 30 bytes) are missing, the others are kept, wherever the row
+    falls in the blocks. A row with more fields than the header that no block can hold is
+    still a field-count error at its line; a header longer than a block is an error too."""
     small_blocks(64)
+    assert dio.field_limit(64, 2) == 30
     path = write_bytes(tmp_path / "l.csv", long_csv(50, 30, f'1,"{"x" * 300}"'))
+    table = dio.read_table(path, "csv", None)
+    assert table.num_rows == 50 and table.column("a")[28].as_py() == "1"
+    assert table.column("b")[28].as_py() is None and table.column("b")[27].as_py() == "13.5"
+    edge = f"{'9' * 30},{'8' * 30}"  # both fields at the limit: kept, and the row fills a block
+    path = write_bytes(tmp_path / "e.csv", long_csv(50, 30, edge).replace(b"\n", b"\r\n"))
+    assert dio.read_table(path, "csv", None).column("b")[28].as_py() == "8" * 30
+    path = write_bytes(tmp_path / "m.csv", long_csv(50, 30, ",".join(["7" * 30] * 3)))
     assert data_error(dio.read_table, path, "csv", None) == (
-        f"{path}: line 30: a row longer than 64 bytes, the most dpsynth reads at once"
+        f"{path}: line 30: too many fields (expected 2 like the header, found 3)"
     )
-    small_blocks(320)
-    assert dio.read_table(path, "csv", None).num_rows == 50
+    path = write_bytes(tmp_path / "h.csv", b"a" * 70 + b",b\n1,2\n")
+    assert data_error(dio.read_table, path, "csv", None) == (
+        f"{path}: line 1: the header line is longer than 64 bytes, the most dpsynth reads at once"
+    )
 
 
 def test_header_problems_are_found_when_opening(tmp_path, small_blocks):
@@ -255,8 +269,9 @@ def reference(data: bytes) -> dict[str, object]:
     the quoted field still open at the end (its line) and the line of the first invalid UTF-8
     byte. Independent of io.py's vectorised scan; for small inputs only."""
     records: list[tuple[int, int, int]] = []
+    widths: list[list[int]] = []  # each record's field lengths (bytes, quotes included)
     line, start_line, start, fields, content, at_start, inside = 1, 1, 0, 1, False, True, False
-    opened = None
+    opened, field_start, width = None, 0, []
     i, n = 0, len(data)
     while i < n:
         c, nxt = data[i], data[i + 1] if i + 1 < n else -1
@@ -273,23 +288,34 @@ def reference(data: bytes) -> dict[str, object]:
             inside, opened, content, at_start = True, line, True, False
         elif c == 44:
             fields, content, at_start = fields + 1, True, True
+            width.append(i - field_start)
+            field_start = i + 1
         elif ends_line:
             if content:
                 records.append((start_line, fields, i + 1 - start))
+                crlf = c == 10 and i > 0 and data[i - 1] == 13  # the CR ends the field
+                widths.append([*width, i - field_start - crlf])
             line += 1
             start_line, start, fields, content, at_start = line, i + 1, 1, False, True
+            field_start, width = i + 1, []
         elif c != 13:
             content, at_start = True, False
         i += 1
     if content:
         records.append((start_line, fields, n - start))
+        widths.append([*width, n - field_start])
     try:
         data.decode("utf-8")
         bad_utf8 = None
     except UnicodeDecodeError as exc:
         before = data[: exc.start]
         bad_utf8 = 1 + before.count(b"\n") + before.count(b"\r") - before.count(b"\r\n")
-    return {"records": records, "open": opened if inside else None, "utf8": bad_utf8}
+    return {
+        "records": records,
+        "widths": widths,
+        "open": opened if inside else None,
+        "utf8": bad_utf8,
+    }
 
 
 def expected_error(ref: dict[str, object]) -> tuple[int, str] | None:
@@ -326,7 +352,8 @@ def test_reference_walk_agrees_on_random_files(tmp_path, monkeypatch):
         if not ref["records"]:
             continue  # empty inputs: their own tests
         longest = max(r[2] for r in ref["records"])
-        monkeypatch.setattr(dio, "CSV_BLOCK_BYTES", rng.randint(longest + 1, longest + 80))
+        block = rng.randint(longest + 1, longest + 80)
+        monkeypatch.setattr(dio, "CSV_BLOCK_BYTES", block)
         write_bytes(tmp_path / "f.csv", data)
         want = expected_error(ref)
         try:
@@ -347,9 +374,86 @@ def test_reference_walk_agrees_on_random_files(tmp_path, monkeypatch):
                     null_values=[""],
                 ),
             )
-            assert got.equals(one), data
+            limit = dio.field_limit(block, ref["records"][0][1])
+            assert got.equals(capped(one, ref["widths"][1:], limit)), data
         checked += 1
     assert checked > 400
+
+
+def capped_reference(data: bytes, limit: int, header: bool = True) -> bytes:
+    """`data` with every field after the first record (the header; every field if not
+    `header`) that is longer than `limit` bytes replaced by "", walked one byte at a time with
+    pyarrow's quote rules."""
+    out, n, i = bytearray(), len(data), 0
+    start, inside, at_start = 0, False, True
+    while i < n:
+        c = data[i]
+        if inside:
+            if c == 34:
+                if i + 1 < n and data[i + 1] == 34:
+                    i += 1
+                else:
+                    inside = False
+        elif c == 34 and at_start:
+            inside = True
+        elif c in (44, 10, 13):
+            long = i - start > limit and not header
+            out += b'""' if long else data[start:i]
+            out.append(c)
+            header = header and c == 44
+            start, at_start = i + 1, True
+            i += 1
+            continue
+        at_start = False
+        i += 1
+    out += b'""' if n - start > limit and not header else data[start:]
+    return bytes(out)
+
+
+def fed(cap, pieces: list[bytes]) -> bytes:
+    """What `cap` passes on when fed `pieces` in turn."""
+    out = []
+    for k, piece in enumerate(pieces):
+        out += cap.feed(piece, pieces[k + 1][0] if k + 1 < len(pieces) else -1)
+    return b"".join(out)
+
+
+def test_field_cap_agrees_with_a_byte_walk_in_any_blocks():
+    """`_FieldCap` (vectorised, streaming, with a fast path for blocks without quotes) rewrites
+    exactly what the byte walk rewrites, whatever the pieces it is fed in: long fields (also
+    quoted ones with line breaks, and ones longer than several pieces) become "", the header
+    is kept whole and sets the limit."""
+    rng = random.Random(5)
+    tokens = [b"a", b"1", b",", b"\n", b"\r", b"\r\n", b"x" * 7, b"y" * 40, b"2.5,"]
+    quoted = [b'"', b'""', b'"q,\nq"', b'"' + b"z" * 30 + b'"', b'"""', b'a"b', b',"']
+    for trial in range(600):
+        alphabet = tokens + (quoted if trial % 3 else [])
+        header = rng.choice([b"h\n", b"h,i\n", b"h,i,j\r\n", b'"h,1",i\n'])
+        data = header + b"".join(rng.choice(alphabet) for _ in range(rng.randint(0, 60)))
+        block = rng.randint(12, 80)
+        cap = dio._FieldCap(block, None)
+        pieces, at = [], 0
+        while at < len(data):
+            size = rng.choice([1, 3, 16, 64, 4096])
+            pieces.append(data[at : at + size])
+            at += size
+        got = fed(cap, pieces)
+        fields = header.count(b",") + 1 - header.startswith(b'"h,1"')  # a comma in quotes
+        assert cap.limit == dio.field_limit(block, fields), (header, block)
+        assert got == capped_reference(data, cap.limit), (data, block, pieces)
+        headless = dio._FieldCap(block, 2)  # --no-header: every record is data
+        got = fed(headless, pieces)
+        assert got == capped_reference(data, dio.field_limit(block, 2), header=False), data
+
+
+def capped(table: pa.Table, widths: list[list[int]], limit: int) -> pa.Table:
+    """`table` with the cells whose field is longer than `limit` bytes missing."""
+    columns = []
+    for j, column in enumerate(table.columns):
+        cells = column.to_pylist()
+        cells = [None if w[j] > limit else v for v, w in zip(cells, widths, strict=True)]
+        columns.append(pa.array(cells, pa.string()))
+    return pa.table(columns, names=table.column_names)
 
 
 # --------------------------------------------------------------------------- Parquet directories

@@ -58,7 +58,12 @@ def write_csv(path: Path, cols: dict[str, np.ndarray]) -> Path:
 
 
 def listing(path: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(path.iterdir())} if path.exists() else {}
+    """Every file below `path` (relative name: content)."""
+    if not path.exists():
+        return {}
+    return {
+        str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()
+    }
 
 
 def one_line_error(result, code: int) -> None:
@@ -113,6 +118,8 @@ def test_help_says_what_is_public_and_protected(runner):
     for phrase in (*phrases, "is streamed with memory bounded by a batch", "sorted in memory"):
         assert phrase in text, phrase
     assert "replace: one row's values changed" in text and "add-remove: one time" in text
+    assert "the --order-by column (its values set the order; it may not be a synthesised" in text
+    assert "may not be one of the synthesised columns" in text
     for param in get_command(app).commands["online-replay"].params:
         if param.param_type_name == "option" and param.name != "help":
             assert "e.g." in (param.help or ""), param.name
@@ -239,6 +246,29 @@ def test_missing_order_by_values(runner, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("declare", [["--bounds", "time=0:100"], ["--schema", "s.json"]])
+def test_order_by_a_synthesised_column_is_refused(runner, tmp_path, declare, monkeypatch):
+    """Issue 22, finding 2: the order is public but a synthesised column's values are protected;
+    one row's value would move it across the stream (privacy loss about 4-5 at eps 1). Refused
+    before any row is read (exit 2, one line, nothing made); the report's model (and --help,
+    above) says the --order-by column is public and not synthesised."""
+    monkeypatch.chdir(tmp_path)
+    schema = {c: {"type": "float", "lower": 0, "upper": 100} for c in ("time", "x")}
+    Path("s.json").write_text(json.dumps({"columns": schema}))
+    src = write_csv(tmp_path / "s.csv", stream(30))
+    out, st = tmp_path / "rel", tmp_path / "st"
+    flags = ["--bounds", "x=0:1", *declare] if declare[0] == "--bounds" else declare
+    args = [src, "--eps", 1, "--order-by", "time", *flags, "--out-dir", out, "--state", st]
+    result = run(runner, *args)
+    one_line_error(result, 2)
+    assert "--order-by time is also a synthesised column" in result.output
+    assert not out.exists() and not st.exists()
+    ok = run(runner, src, "--eps", 1, "--order-by", "time", "--bounds", "x=0:1", "--out-dir", out)
+    assert ok.exit_code == 0, ok.output
+    model = json.loads((out / REPORT_NAME).read_text())["privacy_model"]
+    assert "the --order-by column" in model and "may not be a synthesised column" in model
+
+
 @pytest.mark.parametrize(
     "flags, says",
     [
@@ -271,6 +301,40 @@ def test_bad_flags_are_one_line_usage_errors(runner, tmp_path, flags, says):
     one_line_error(result, 2)
     assert says in result.output
     assert not out.exists()
+
+
+def test_sigterm_before_the_commit_shows_nothing_in_out_dir(tmp_path):
+    """Issue 22, finding 3, through the real command: a cron timeout (SIGTERM) after a release
+    is drawn but before the state commits. --out-dir (public) never holds a file of the run,
+    not even for a moment: the draw waits in the state's 0700 staging directory, and goes with
+    the stopped run; the rerun then releases the checkpoint once."""
+    import signal
+    import subprocess
+    import time
+
+    pq.write_table(pa.table(stream(300_000)), tmp_path / "s.parquet")
+    out, st = tmp_path / "rel", tmp_path / "st"
+    cmd = [sys.executable, "-m", "dpsynth_cli", "online-replay", str(tmp_path / "s.parquet")]
+    cmd += ["--eps", "1", "--order-by", "time", *BOUNDS, "--checkpoints", "1000", "--quiet"]
+    cmd += ["--state", str(st), "--out-dir", str(out)]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
+    public, stopped, deadline = set(), False, time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline:
+        public |= set(os.listdir(out)) if out.is_dir() else set()
+        staging = st / "staging"
+        if staging.is_dir() and "release-000000001000.parquet" in os.listdir(staging):
+            assert oct(staging.stat().st_mode & 0o777) == "0o700"
+            proc.send_signal(signal.SIGTERM)
+            stopped = True
+            break
+        time.sleep(0.002)
+    _, err = proc.communicate(timeout=120)
+    assert public == set() and stopped, (public, err)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert listing(out) == {} and os.listdir(st / "staging") == []
+    again = subprocess.run(cmd, capture_output=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert set(listing(out)) == {"release-000000001000.parquet", REPORT_NAME}
 
 
 def test_releases_never_go_into_the_input_directory(runner, tmp_path):

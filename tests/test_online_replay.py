@@ -16,6 +16,7 @@ import pytest
 from dpsynth_cli.domain import ColumnSpec
 from dpsynth_cli.errors import DataError, PrivacyRefusal, UsageError
 from dpsynth_cli.io import open_input
+from dpsynth_cli.online import state as state_io
 from dpsynth_cli.online.replay import REPORT_NAME, ReplayOptions, parse_checkpoints, replay
 from dpsynth_cli.online.stream import from_table, open_stream
 from dpsynth_cli.privacy.noise import RandomSource
@@ -43,8 +44,11 @@ def dirs(tmp_path):
     return str(out), str(tmp_path / "state")
 
 
-def listing(path: str) -> dict[str, bytes]:
-    return {n: open(os.path.join(path, n), "rb").read() for n in sorted(os.listdir(path))}
+def listing(path: str, files_only: bool = False) -> dict[str, bytes]:
+    names = sorted(os.listdir(path))
+    if files_only:
+        names = [n for n in names if os.path.isfile(os.path.join(path, n))]
+    return {n: open(os.path.join(path, n), "rb").read() for n in names}
 
 
 def test_checkpoint_specs():
@@ -152,46 +156,135 @@ def test_calendar_release_needs_public_counts(tmp_path):
     assert [c["rows"] for c in res.report["checkpoints"]] == [10, 50]
 
 
+def staged(st: str) -> dict[str, bytes]:
+    return listing(os.path.join(st, state_io.STAGING))
+
+
 def test_crash_after_commit_is_finished_by_the_next_run(tmp_path, monkeypatch):
-    """Killed between the state save (commit) and the renames: the next run publishes the
-    committed releases and does not release those checkpoints again."""
+    """Killed between the state save (commit) and the moves into OUT_DIR: the next run (another
+    seed) publishes the committed releases, the very files staged (no checkpoint drawn twice),
+    and does not release those checkpoints again."""
     out, st = dirs(tmp_path)
     opts = ReplayOptions(1.0, checkpoints="every:100")
-    real = os.replace
 
     def crash(a, b):
-        if str(a).endswith(".pending"):
-            raise KeyboardInterrupt
-        return real(a, b)
+        raise KeyboardInterrupt
 
-    monkeypatch.setattr(replay_mod.os, "replace", crash)
+    monkeypatch.setattr(replay_mod, "move_file", crash)
     with pytest.raises(KeyboardInterrupt):
         replay(
             table(450).slice(0, 350), SPECS, opts, RandomSource.seeded(1), out_dir=out, state_dir=st
         )
-    monkeypatch.setattr(replay_mod.os, "replace", real)
-    assert not [n for n in os.listdir(out) if n.startswith("release-")]
+    monkeypatch.undo()
+    assert os.listdir(out) == []
+    drawn = staged(st)
+    assert sorted(drawn) == [f"release-{t:012d}.parquet" for t in (100, 200, 300)]
     res = replay(table(450), SPECS, opts, RandomSource.seeded(2), out_dir=out, state_dir=st)
     names = sorted(n for n in os.listdir(out) if n.startswith("release-"))
     assert names == [f"release-{t:012d}.parquet" for t in (100, 200, 300, 400)]
+    assert all(listing(out)[n] == drawn[n] for n in drawn)
     assert res.report["checkpoints_this_run"] == [400]
     assert pq.read_table(os.path.join(out, names[-1])).num_rows == 400
+    assert staged(st) == {}
 
 
-def test_crash_before_commit_publishes_nothing(tmp_path, monkeypatch):
+def test_releases_wait_for_the_commit_where_only_the_owner_can_read(tmp_path, monkeypatch):
+    """Issue 22, finding 3: at the commit point OUT_DIR holds nothing of the run; its releases
+    are in STATE_DIR/staging (0700). Stopped there (SIGTERM, Ctrl-C) the run leaves nothing in
+    either, and the next run draws those checkpoints from the committed state, which no
+    observer can have seen drawn before."""
     out, st = dirs(tmp_path)
     opts = ReplayOptions(1.0, checkpoints="every:100")
+    seen = []
 
-    def die(*a, **k):
+    def die(state_dir, engine, meta):
+        seen.append((listing(out), staged(st), os.stat(os.path.join(st, "staging")).st_mode))
         raise KeyboardInterrupt
 
     monkeypatch.setattr(replay_mod.state_io, "save", die)
     with pytest.raises(KeyboardInterrupt):
         replay(table(250), SPECS, opts, RandomSource.seeded(1), out_dir=out, state_dir=st)
     monkeypatch.undo()
+    [(public, private, mode)] = seen
+    assert public == {} and mode & 0o777 == 0o700
+    assert sorted(private) == [f"release-{t:012d}.parquet" for t in (100, 200)]
+    assert os.listdir(out) == [] and staged(st) == {}
     res = replay(table(250), SPECS, opts, RandomSource.seeded(2), out_dir=out, state_dir=st)
     assert res.report["checkpoints_this_run"] == [100, 200]  # the lost run released nothing
-    assert not [n for n in os.listdir(out) if n.endswith(".pending")]
+    assert set(listing(out)) == {f"release-{t:012d}.parquet" for t in (100, 200)} | {REPORT_NAME}
+
+
+def test_draws_of_a_killed_run_are_deleted_unseen(tmp_path):
+    """SIGKILL before the commit leaves staged files (and temporary files) behind: the next run
+    deletes them, and none of their bytes reaches OUT_DIR."""
+    out, st = dirs(tmp_path)
+    opts = ReplayOptions(1.0, checkpoints="every:100")
+    first = table(250).slice(0, 150)
+    replay(first, SPECS, opts, RandomSource.seeded(1), out_dir=out, state_dir=st)
+    junk = {"release-000000000200.parquet": b"killed", ".tmp-x": b"half"}
+    for name, data in junk.items():
+        with open(os.path.join(st, state_io.STAGING, name), "wb") as fh:
+            fh.write(data)
+    replay(table(250), SPECS, opts, RandomSource.seeded(2), out_dir=out, state_dir=st)
+    assert staged(st) == {}
+    assert pq.read_table(os.path.join(out, "release-000000000200.parquet")).num_rows == 200
+
+
+def test_without_state_releases_wait_in_a_private_temporary_directory(tmp_path, monkeypatch):
+    """No --state: the releases wait in a new 0700 directory outside OUT_DIR, removed when the
+    run ends or stops; one left by a killed run (its process gone) is removed by the next."""
+    out, _ = dirs(tmp_path)
+    monkeypatch.setattr(replay_mod.tempfile, "tempdir", str(tmp_path / "tmp"))
+    os.makedirs(tmp_path / "tmp" / "dpsynth-staging-999999999-x")
+    real, where = replay_mod.write_outputs, []
+
+    def write(data, path, *a, **k):
+        where.append((os.path.dirname(path), listing(out)))
+        if len(where) == 2:
+            raise KeyboardInterrupt
+        return real(data, path, *a, **k)
+
+    monkeypatch.setattr(replay_mod, "write_outputs", write)
+    opts = ReplayOptions(1.0, checkpoints="every:100")
+    with pytest.raises(KeyboardInterrupt):
+        replay(table(250), SPECS, opts, RandomSource.seeded(1), out_dir=out)
+    directory = where[0][0]
+    assert os.path.dirname(directory) == str(tmp_path / "tmp") and where[1][1] == {}
+    assert os.listdir(out) == [] and os.listdir(tmp_path / "tmp") == []
+    monkeypatch.setattr(replay_mod, "write_outputs", real)
+    replay(table(250), SPECS, opts, RandomSource.seeded(1), out_dir=out)
+    assert len(listing(out)) == 3 and os.listdir(tmp_path / "tmp") == []
+
+
+def test_an_uncommitted_release_of_an_older_version_stops_the_state(tmp_path):
+    """Before issue 22 releases were staged as readable hidden files in OUT_DIR. One left by a
+    run killed before its commit may have been read: continuing the state would draw its
+    checkpoint again, so the run is refused (exit 3) until the user deletes it. One the state
+    lists (killed after the commit) is published as before."""
+    out, st = dirs(tmp_path)
+    opts = ReplayOptions(1.0, checkpoints="every:100")
+    first = table(250).slice(0, 150)
+    replay(first, SPECS, opts, RandomSource.seeded(1), out_dir=out, state_dir=st)
+    leftover = os.path.join(out, ".release-000000000200.parquet.pending")
+    with open(leftover, "wb") as fh:
+        fh.write(b"seen?")
+    before = listing(st, files_only=True)
+    with pytest.raises(PrivacyRefusal, match="older dpsynth"):
+        replay(table(250), SPECS, opts, RandomSource.seeded(2), out_dir=out, state_dir=st)
+    assert listing(st, files_only=True) == before and os.path.exists(leftover)
+    plan = replay_mod.plan_for(opts, SPECS)
+    engine, meta = state_io.load(st, plan, state_io.identity(plan, SPECS))
+    os.unlink(leftover)
+    committed = os.path.join(out, ".release-000000000100.parquet.pending")
+    with open(committed, "wb") as fh:
+        fh.write(b"committed")
+    state_io.save(st, engine, {**meta, "pending": [committed]})  # as an older run committed it
+    replay(table(250), SPECS, opts, RandomSource.seeded(2), out_dir=out, state_dir=st)
+    assert listing(out)["release-000000000100.parquet"] == b"committed"
+    with open(leftover, "wb") as fh:
+        fh.write(b"never committed")
+    replay(table(250), SPECS, opts, RandomSource.seeded(2), out_dir=out)  # no state: removed
+    assert not os.path.exists(leftover)
 
 
 def test_undeclared_bounds_and_bad_flags_are_refused_before_reading(tmp_path):

@@ -16,8 +16,10 @@ local engine's batch i for the same seed and `--batch-rows`, so the parts in nam
 local engine's output.
 
 `--scheduler ADDRESS` connects to a running cluster (`dask scheduler` / `dask worker`, or any
-deployment of distributed); without it a LocalCluster of `workers` processes runs on this
-machine. Dask is an optional extra: `pip install 'dpsynth-cli[dask]'`.
+deployment of distributed) with the security of Dask's configuration (for `tls://` addresses:
+`distributed.comm.tls.*`, docs/privacy.md); without it a LocalCluster of `workers` processes runs
+on this machine, which only this process can use (`local_cluster`). Dask is an optional extra:
+`pip install 'dpsynth-cli[dask]'`.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -33,10 +35,15 @@ from typing import Any
 from dpsynth_cli import io
 from dpsynth_cli.domain import ColumnSpec, value_matrix
 from dpsynth_cli.engine.rows import A, Rows, Transform
-from dpsynth_cli.errors import UsageError
+from dpsynth_cli.errors import DpsynthError, UsageError
 from dpsynth_cli.mechanisms.base import BatchPlan
 
 DEFAULT_WORKERS = 2
+PLAIN_SCHEDULER = (
+    "--scheduler {scheduler} is not tls://: the connection is neither encrypted nor "
+    "authenticated, and whoever can reach that scheduler can run code on the workers, which "
+    "read the input; use tls:// with Dask's TLS configuration (docs/privacy.md)"
+)
 
 
 @dataclass(frozen=True)
@@ -83,28 +90,73 @@ def dask_rows(client: Any, parts: list[Partition], specs: list[ColumnSpec]) -> R
 
 @contextlib.contextmanager
 def client(scheduler: str | None, workers: int = DEFAULT_WORKERS) -> Iterator[Any]:
-    """A distributed Client: to `scheduler` if given, else to a LocalCluster started here."""
+    """A distributed Client: to `scheduler` if given (security from Dask's configuration), else
+    to a LocalCluster started here that only this process can use (`local_cluster`)."""
     try:
-        from distributed import Client, LocalCluster
+        from distributed import Client
     except ImportError:
         raise UsageError(
             "--engine dask needs Dask: pip install 'dpsynth-cli[dask]' (or dask[distributed])"
         ) from None
     if scheduler:
-        with Client(scheduler) as c:
+        try:
+            connected = Client(scheduler)
+        except (OSError, TypeError, ValueError) as exc:  # e.g. tls:// without a configuration
+            reason = "no TLS configuration" if isinstance(exc, TypeError) else type(exc).__name__
+            raise DpsynthError(
+                f"--scheduler {scheduler}: cannot connect ({reason}); a tls:// scheduler needs "
+                "Dask's TLS configuration (distributed.comm.tls.*, docs/privacy.md)"
+            ) from None
+        with connected as c:
             yield c
         return
+    with local_cluster(workers) as cluster, Client(cluster, security=cluster.security) as c:
+        yield c
+
+
+# The HTTP servers that every scheduler and worker starts serve these modules (Dask's defaults:
+# the dashboard's information pages, Prometheus metrics of tasks and memory, ...). The local
+# cluster serves none of them: its HTTP servers answer 404 to everything.
+_NO_HTTP_ROUTES = {"distributed.scheduler.http.routes": [], "distributed.worker.http.routes": []}
+
+
+@contextlib.contextmanager
+def local_cluster(workers: int = DEFAULT_WORKERS) -> Iterator[Any]:
+    """A LocalCluster of `workers` processes that only this process can use.
+
+    The workers read the raw input, so whoever can talk to the scheduler or a worker can read
+    it (by submitting a task). Every listener is bound to 127.0.0.1 and speaks TLS with
+    temporary credentials (`Security.temporary`: a key and self-signed certificate made here,
+    kept in memory, handed to the worker processes through their pipes), and both ends of
+    every connection must present that certificate, so another local user cannot connect. No
+    dashboard, and the HTTP servers serve no pages (`_NO_HTTP_ROUTES`)."""
+    import dask
+    from distributed import LocalCluster, Security
+
+    try:
+        security = Security.temporary()
+    except ImportError:
+        raise UsageError(
+            "--engine dask needs the cryptography package for its local cluster's TLS: pip "
+            "install 'dpsynth-cli[dask]'"
+        ) from None
     with (
+        dask.config.set(_NO_HTTP_ROUTES),
         LocalCluster(
             n_workers=workers,
             threads_per_worker=1,
             processes=True,
-            dashboard_address=":0",
+            host="127.0.0.1",
+            protocol="tls://",
+            security=security,
+            dashboard_address=None,
+            worker_dashboard_address=None,
+            # no dashboard; the scheduler's (empty) HTTP server on a free loopback port
+            scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"},
             silence_logs=50,
         ) as cluster,
-        Client(cluster) as c,
     ):
-        yield c
+        yield cluster
 
 
 def _parquet_part(path: str, columns: list[str], row_groups: list[int] | None, batch_rows: int):
@@ -146,11 +198,13 @@ def write_output(
     *,
     input_path: str | None,
     extra: Mapping[str, str | bytes] | None = None,
+    private: Collection[str] = (),
     window: int | None = None,
 ) -> int:
     """Write the output as a directory of part files, part i = batch i of `plan`, each placed
     and written by a worker (`tables(batch)`: placement and map back), all or nothing with the
-    `extra` files after it (`io.write_part_directory`). Returns the number of parts.
+    `extra` files after it (`io.write_part_directory`; those in `private` owner-only). Returns
+    the number of parts.
 
     `plan` is consumed lazily and at most `window` batches (default: twice the workers' threads)
     are out at once, so the client holds a few batch plans, never the output.
@@ -160,7 +214,9 @@ def write_output(
     def fill(tmp: str) -> int:
         return _write_parts(client, tables, iter(plan), tmp, path, suffix, fmt, schema, window)
 
-    return io.write_part_directory(fill, path, fmt, input_path=input_path, extra=extra)
+    return io.write_part_directory(
+        fill, path, fmt, input_path=input_path, extra=extra, private=private
+    )
 
 
 def _write_parts(

@@ -6,11 +6,19 @@ to OUT_DIR/release-<t, 12 digits>.<csv|parquet> (names sort in time order) and, 
 report OUT_DIR/online-replay.report.json. All releases of the stream, in this run and in every
 run that continues its `--state`, are together eps-DP (PRIVACY_MODEL).
 
-Commit order (nothing lost, nothing released twice): releases are first written as hidden
-`.NAME.pending` files in OUT_DIR; then the state is saved (atomic; it lists the pending names);
-then the pending files are renamed into place. A run that dies before the state is saved
-published nothing and its pending files are deleted by the next run (their noise was never
-seen); a run that dies after it has its renames finished by the next run.
+Commit order (nothing lost, nothing released twice, no draw seen before it is committed):
+releases are first written to a staging directory that only the owner can read, STATE_DIR/
+staging (0700, inside the secret state directory) or, without a state, a private temporary
+directory (`tempfile.mkdtemp`, 0700); then the state is saved (the commit point: atomic, it
+lists the staged releases); only then are they moved into OUT_DIR. A release is therefore
+visible in OUT_DIR only once the state that produced it is committed. A run that stops before
+the commit (an error, Ctrl-C, SIGTERM, SIGKILL) has published nothing and its staged draws were
+readable by no one but the owner of the state, who can read the noise there anyway: they are
+deleted (at once, or by the next run after SIGKILL) and the next run draws those checkpoints
+from the committed state, as if the stopped run had never been. A run that stops after the
+commit has its moves finished by the next run, with the same staged files: a checkpoint is
+never drawn twice once a draw of it can have been seen. Without a state every run is a new
+eps-DP release anyway.
 """
 
 from __future__ import annotations
@@ -21,6 +29,8 @@ import hashlib
 import json
 import os
 import re
+import shutil
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -31,8 +41,15 @@ import pyarrow as pa
 
 from dpsynth_cli import __version__
 from dpsynth_cli.domain import ColumnSpec, Domain
-from dpsynth_cli.errors import PrivacyRefusal, UsageError
-from dpsynth_cli.io import FORMATS, atomic_write_bytes, write_outputs
+from dpsynth_cli.errors import DataError, PrivacyRefusal, UsageError
+from dpsynth_cli.io import (
+    FORMATS,
+    atomic_write_bytes,
+    move_file,
+    process_alive,
+    signals_held,
+    write_outputs,
+)
 from dpsynth_cli.online import state as state_io
 from dpsynth_cli.online.engine import OnlineEngine, apriori_bound
 from dpsynth_cli.online.params import ALLOCATIONS, SPARSE_SHARE, OnlinePlan
@@ -55,12 +72,24 @@ PRIVACY_MODEL = (
     "Event-level differential privacy on a stream with a public timeline (dissertation ch. 5): "
     "two streams are neighbours when they have the same length and differ in one row (replace: "
     "its values changed; add-remove: the row present in one stream, its time slot empty in the "
-    "other). PROTECTED: the values of every row, and under add-remove whether a slot holds a "
-    "row. PUBLIC: the timeline, i.e. the number of rows up to each checkpoint (a release at "
-    "checkpoint t has exactly t rows), the order given by --order-by, and the checkpoints. All "
+    "other). PROTECTED: the values of every row in the synthesised columns, and under "
+    "add-remove whether a slot holds a row. PUBLIC: the timeline, i.e. the number of rows up "
+    "to each checkpoint (a release at checkpoint t has exactly t rows), the --order-by column "
+    "(its values set the order; it may not be a synthesised column) and so the order, and the "
+    "checkpoints. All "
     "releases of the stream, including later runs that continue --state, are together eps-DP: "
     "no run spends eps again. Rows with a missing value keep their time slot and are counted in "
     "no region (their synthetic rows follow the others)."
+)
+
+
+# A synthesised column's values are protected, but the order is public: one row's value would
+# move the row across the stream and shift every later row's time (issue 22: a privacy loss of
+# about 4-5 against eps 1), so that combination is refused.
+ORDER_BY_SYNTHESISED = (
+    "--order-by {col} is also a synthesised column: its values are protected but the order is "
+    "public (one row's value would move it and every later row in the stream); order by a "
+    "column that is not synthesised, e.g. a time, or leave out --order-by"
 )
 
 
@@ -130,6 +159,8 @@ def plan_for(options: ReplayOptions, specs: list[ColumnSpec]) -> OnlinePlan:
         )
     if not specs:
         raise UsageError("online-replay needs at least one column")
+    if options.order_by is not None and options.order_by in {s.name for s in specs}:
+        raise UsageError(ORDER_BY_SYNTHESISED.format(col=options.order_by))
     parse_checkpoints(options.checkpoints)
     eps = check_epsilon(options.epsilon)
     return OnlinePlan(eps, len(specs), options.relation, options.allocation)
@@ -188,11 +219,11 @@ def replay(
     with lock:
         engine, meta = state_io.load(state_dir, plan, ident) if state_dir else (None, {})
         engine = engine or OnlineEngine(plan)
-        _finish_pending(meta, out_dir)
+        _finish_pending(meta, out_dir, state_dir)
         if isinstance(rows, pa.Table):
             rows = from_table(rows, specs, options.order_by)
         new = _new_rows(rows, engine, meta, options)
-        with _created(out_dir):
+        with _created(out_dir), _staging(state_dir) as staging:
             return _run(
                 engine,
                 meta,
@@ -201,7 +232,7 @@ def replay(
                 specs,
                 options,
                 source,
-                out_dir,
+                (out_dir, staging),
                 state_dir,
                 command,
                 progress,
@@ -290,16 +321,42 @@ class _Prefix:
         return self.sha.hexdigest()
 
 
-def _finish_pending(meta: dict, out_dir: str) -> None:
-    """Finish the renames of a run that died after saving its state; drop orphans."""
-    listed = set(meta.get("pending", []))
-    for path in listed:
-        final = _final_name(path)
-        if os.path.exists(path):
-            os.replace(path, final)
-    for path in glob.glob(os.path.join(out_dir, ".release-*.pending")):
-        if path not in listed:
-            os.unlink(path)  # from a run that died before committing: never published
+# Before issue 22 releases were staged as hidden files in OUT_DIR itself, readable by anyone
+# who could read OUT_DIR.
+_OLD_PENDING = ".release-*.pending"
+_STAGING_PREFIX = "dpsynth-staging-"  # without --state: TMPDIR/dpsynth-staging-PID-XXXX
+
+
+def _finish_pending(meta: dict, out_dir: str, state_dir: str | None) -> None:
+    """Finish the moves of a run that stopped after committing its state (the same staged files:
+    no checkpoint is drawn again), and delete the staged draws of runs that stopped before
+    (never published, never readable by anyone but the state's owner).
+
+    Refuses (exit 3) to continue a state while OUT_DIR holds a release that an older dpsynth
+    staged there and did not commit: anyone could have read it, and its checkpoint would now
+    be drawn again (two independent draws: eps spent twice)."""
+    listed = set()
+    for entry in meta.get("pending", []):
+        staged, final = (entry, _final_name(entry)) if isinstance(entry, str) else entry
+        listed.add(staged)
+        if os.path.exists(staged):
+            _publish(staged, final)
+    old = [p for p in glob.glob(os.path.join(out_dir, _OLD_PENDING)) if p not in listed]
+    if old and state_dir:
+        raise PrivacyRefusal(
+            f"{old[0]} is a release that an interrupted run of an older dpsynth left in --out-dir "
+            "before committing it: if anyone can have read it, its checkpoint must not be drawn "
+            "again (eps would be spent twice), so the state cannot continue; if nobody can have "
+            "read it, delete it and run again"
+        )
+    for path in old:
+        os.unlink(path)  # without a state: a run of its own, never continued
+    if state_dir:
+        staging = os.path.join(state_dir, state_io.STAGING)
+        for name in os.listdir(staging) if os.path.isdir(staging) else []:
+            path = os.path.join(staging, name)
+            if path not in listed:  # drawn by a run that stopped before its commit
+                _remove(path)
     meta["pending"] = []
 
 
@@ -308,7 +365,48 @@ def _final_name(pending: str) -> str:
     return os.path.join(d, re.sub(r"^\.(.*)\.pending$", r"\1", name))
 
 
-def _run(engine, meta, new, plan, specs, options, source, out_dir, state_dir, command, progress):
+def _publish(staged: str, final: str) -> None:
+    """Move a committed release from the staging directory into OUT_DIR."""
+    try:
+        move_file(staged, final)
+    except OSError as exc:
+        raise DataError(
+            f"cannot write {final}: {exc.strerror or type(exc).__name__} (the release is "
+            "committed: the next run with this --state publishes it)"
+        ) from None
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+@contextlib.contextmanager
+def _staging(state_dir: str | None) -> Iterator[str]:
+    """Where this run's releases wait for the commit, readable only by their owner: STATE_DIR/
+    staging, or without a state a new private temporary directory, removed at the end (a
+    SIGKILLed run's is removed by a later run: its process is gone)."""
+    if state_dir:
+        yield state_io.staging_dir(state_dir)
+        return
+    tmp = tempfile.gettempdir()
+    with contextlib.suppress(OSError):
+        for name in os.listdir(tmp):
+            pid = name[len(_STAGING_PREFIX) :].partition("-")[0]
+            if name.startswith(_STAGING_PREFIX) and pid.isdigit() and not process_alive(int(pid)):
+                _remove(os.path.join(tmp, name))
+    path = tempfile.mkdtemp(prefix=f"{_STAGING_PREFIX}{os.getpid()}-")  # 0700
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _run(engine, meta, new, plan, specs, options, source, dirs, state_dir, command, progress):
+    out_dir, staging = dirs
     engine.use(source)
     domain = Domain(tuple(specs))
     rng = source.spawn("post-processing").numpy_generator()
@@ -319,14 +417,14 @@ def _run(engine, meta, new, plan, specs, options, source, out_dir, state_dir, co
     if options.release_at_end and new.count and end not in stops:
         stops.append(end)
     released: list[dict[str, Any]] = []
-    pending: list[str] = []
+    pending: list[list[str]] = []  # [staged, final]
 
     def on_stop(t: int) -> None:
         points = engine.release(rng)
         name = f"release-{t:012d}.{options.output_format}"
-        path = os.path.join(out_dir, f".{name}.pending")
+        path = os.path.join(staging, name)
+        pending.append([path, os.path.join(out_dir, name)])  # first: a stop mid-write removes it
         write_outputs(domain.from_unit(points), path, options.output_format, input_path=None)
-        pending.append(path)
         released.append(
             {"rows": t, "file": name, "depth": max(engine.level, 0), **apriori_bound(plan, t)}
         )
@@ -353,15 +451,15 @@ def _run(engine, meta, new, plan, specs, options, source, out_dir, state_dir, co
         if state_dir:
             state_io.save(state_dir, engine, meta)  # the commit point
     except BaseException:  # not committed: nothing of this run may stay (an error, Ctrl-C, TERM)
-        for path in pending:
+        for path, _ in pending:
             with contextlib.suppress(OSError):
                 os.unlink(path)
         raise
     ledger = _ledger(plan)
-    files = []
-    for path in pending:
-        os.replace(path, _final_name(path))
-        files.append(_final_name(path))
+    with signals_held():  # committed: a stop waits until every release is in OUT_DIR
+        for path, final in pending:
+            _publish(path, final)
+    files = [final for _, final in pending]
     report = build_report(
         plan, specs, ledger, history, released, meta["seeded"], command, state_dir, options
     )

@@ -5,9 +5,10 @@ Binary Mechanism nodes, level totals), the pending firing times and, for d = 1, 
 Anyone who reads it learns far more than the releases. It is written with owner-only
 permissions (directory 0700, file 0600) and must never be published or shared.
 
-Layout: DIR/state.npz, one file (numpy arrays plus the metadata as JSON), so a save is one atomic
-replace: it is written to a temporary file in DIR (created 0600), flushed, fsynced, renamed over
-the old file, and the directory is fsynced. A crash or SIGKILL at any moment leaves either the
+Layout: DIR/state.npz, one file (numpy arrays plus the metadata as JSON), and DIR/staging/, the
+releases a run has drawn and not yet published (`staging_dir`). A save is one atomic replace: it
+is written to a temporary file in DIR (created 0600), flushed, fsynced, renamed over the old
+file, and the directory is fsynced. A crash or SIGKILL at any moment leaves either the
 old state or the new one, never a mix; temporary files of dead processes are removed on the next
 run. DIR/lock is held (flock) for the whole run, so two runs never continue the same state (that
 would release the same checkpoint twice with independent noise: a double spend).
@@ -33,6 +34,7 @@ import numpy as np
 
 from dpsynth_cli.domain import ColumnSpec
 from dpsynth_cli.errors import DataError, PrivacyRefusal, UsageError
+from dpsynth_cli.io import process_alive
 from dpsynth_cli.online.counters import CounterBank
 from dpsynth_cli.online.engine import OnlineEngine
 from dpsynth_cli.online.params import OnlinePlan
@@ -40,6 +42,7 @@ from dpsynth_cli.online.params import OnlinePlan
 FORMAT = "dpsynth.online-state/1"
 STATE_FILE = "state.npz"
 LOCK_FILE = "lock"
+STAGING = "staging"  # DIR/staging: releases drawn but not yet published (as secret as DIR)
 _TMP_PREFIX = ".state.npz."
 
 
@@ -98,23 +101,26 @@ def locked(state_dir: str) -> Iterator[None]:
         os.close(fd)
 
 
+def staging_dir(state_dir: str) -> str:
+    """DIR/staging (0700), where a run writes its releases until its state is committed: only
+    the owner can read them there, and `--out-dir` (public) sees a release only once it is
+    committed (`replay`'s commit order)."""
+    path = os.path.join(state_dir, STAGING)
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        os.chmod(path, 0o700)
+    except OSError as exc:
+        raise DataError(f"cannot use state directory {state_dir}: {exc.strerror}") from None
+    return path
+
+
 def _remove_stale(state_dir: str) -> None:
     for name in os.listdir(state_dir):
         if name.startswith(_TMP_PREFIX) and name.endswith(".tmp"):
             pid = name[len(_TMP_PREFIX) :].split(".")[0]
-            if pid.isdigit() and not _alive(int(pid)):
+            if pid.isdigit() and not process_alive(int(pid)):
                 with contextlib.suppress(OSError):
                     os.unlink(os.path.join(state_dir, name))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
 
 
 def write_secret(path: str, write: Callable[[BinaryIO], None]) -> None:
