@@ -138,28 +138,28 @@ def _progress(record: dict) -> None:
 
 
 def aggregate(records: list[dict]) -> list[dict]:
-    """Mean over seeds of each (table, n, eps, method); a method counts in a cell only when
-    every seed ran (else its status says what happened)."""
+    """Mean over the seeds that ran of each (table, n, eps, method); `seeds` says how many of
+    how many (a peer that timed out or was not run on some seeds counts on the others; on
+    none, its row holds the status instead)."""
     groups: dict[tuple, list[dict]] = {}
     for r in records:
         groups.setdefault((r["table"], r["n"], r["eps"], r["method"]), []).append(r)
     out = []
     for (table, n, eps, method), runs in groups.items():
         ok = [r for r in runs if r["status"] == "ok"]
-        row = {"table": table, "n": n, "eps": eps, "method": method, "seeds": len(ok)}
-        row["rows"] = int(np.mean([r["rows"] for r in runs]))
-        if len(ok) == len(runs):
-            for k in METRICS:
-                values = [r[k] for r in ok if r.get(k) is not None]
-                row[k] = float(np.mean(values)) if values else None
-            row["cpu_s"] = float(np.mean([r.get("cpu_s", 0.0) for r in ok]))
-            names = [r.get("pair_worst_name") for r in ok]
-            row["pair_worst_name"] = max(set(names), key=names.count)
-            names = [r.get("corr_worst_name") for r in ok]
-            row["corr_worst_name"] = max(set(names), key=names.count)
-        else:
-            bad = [r["status"] for r in runs if r["status"] != "ok"]
-            row["status"] = bad[0]
+        row = {"table": table, "n": n, "eps": eps, "method": method}
+        row |= {"seeds": len(ok), "of": len(runs), "rows": int(np.mean([r["rows"] for r in runs]))}
+        if not ok:
+            row["status"] = runs[0]["status"]
+            out.append(row)
+            continue
+        for k in METRICS:
+            values = [r[k] for r in ok if r.get(k) is not None]
+            row[k] = float(np.mean(values)) if values else None
+        row["cpu_s"] = float(np.mean([r.get("cpu_s", 0.0) for r in ok]))
+        for k in ("pair_worst_name", "corr_worst_name"):
+            names = [r.get(k) for r in ok]
+            row[k] = max(set(names), key=names.count)
         out.append(row)
     return out
 

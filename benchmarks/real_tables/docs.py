@@ -33,21 +33,22 @@ SHORT = {
     "sn-aim": "sn AIM",
 }
 EXPLAIN = (
-    "Figures (FIDELITY.md; `dpsynth_cli.evaluate.fidelity`, what `dpsynth evaluate` reports), "
-    "lower is better, each the mean over the seeds: **col** = per-column error (TVD of a "
-    "category's level shares, W1 on the 0-1 scale of a number's public bounds), worst and mean "
-    "over the columns; **pair** = 2-way TVD of every pair of columns (numbers in 16 equal bins "
-    "of their bounds, levels by name, missing its own bin), worst and mean over the pairs; "
+    "Figures (the fidelity guide's; `dpsynth_cli.evaluate.fidelity`, what `dpsynth evaluate` "
+    "reports), lower is better, each the mean over the seeds: **col** = per-column error (TVD "
+    "of a category's level shares, W1 on the 0-1 scale of a number's public bounds), worst and "
+    "mean over the columns; **pair** = 2-way TVD of every pair of columns (numbers in 16 equal "
+    "bins of their bounds, levels by name, missing its own bin), worst and mean over the pairs; "
     "**corr worst** = the largest |Pearson(real) - Pearson(synthetic)| over numeric pairs (0-1 "
     "scale); **W1 mixed** = the joint W1 in the mixed metric (levels at distance 1), exact "
     "between 2,000-row subsamples, mean of 3. **best peer** = per figure the best of the peers "
-    "that ran on every seed (which one in brackets); **floor** = the same figures between two "
-    "disjoint halves of the real n-row sample (a synthetic table cannot be told apart from the "
-    "real one below it). Peers: smartnoise-synth (sn) MST and AIM with 32 equal bins on the "
-    "public bounds; dpmm MST, AIM and PrivBayes (PB) with 32 uniform bins (-u) or PrivTree bins "
-    "(-pt, at most 32, 10% of eps) on the public bounds; an integer or date column with at most "
-    "32 values is given as its values (levels); delta = 1e-9 for the (eps, delta) peers "
-    "(MST, AIM), ours is pure eps-DP; peers sample the true row count, ours a noisy one."
+    "that ran (which one in brackets); **floor** = the same figures between two disjoint halves "
+    "of the real n-row sample (a synthetic table cannot be told apart from the real one below "
+    "it). A mean over fewer seeds than the grid's says so. Peers: smartnoise-synth (sn) MST and "
+    "AIM with 32 equal bins on the public bounds; dpmm MST, AIM and PrivBayes (PB) with 32 "
+    "uniform bins (-u) or PrivTree bins (-pt, at most 32, 10% of eps) on the public bounds; an "
+    "integer or date column with at most 32 values is given as its values (levels); delta = "
+    "1e-9 for the (eps, delta) peers (MST, AIM), ours is pure eps-DP; peers sample the true row "
+    "count, ours a noisy one."
 )
 
 
@@ -101,15 +102,21 @@ def _table(name: str, rows: list[dict], ours: list[str]) -> list[str]:
         for m in ours:
             r = here.get(f"ours:{m}")
             if r:
-                out.append(f"| {size} | {eps:g} | **{m}** | " + _figures(r) + " |")
+                out.append(f"| {size} | {eps:g} | **{m}**{_seeds(r)} | " + _figures(r) + " |")
         out.append(f"| {size} | {eps:g} | best peer | " + _best(here) + " | |")
         if "floor" in here:
             out.append(f"| {size} | {eps:g} | floor | " + _figures(here["floor"], cpu=False) + " |")
         if eps == 1.0:
             for peer in grid.PEERS:
                 if peer in here:
-                    every.append(f"| {size} | {SHORT[peer]} | " + _figures(here[peer]) + " |")
+                    r = here[peer]
+                    every.append(f"| {size} | {SHORT[peer]}{_seeds(r)} | " + _figures(r) + " |")
     return out + (every if len(every) > 5 else [])
+
+
+def _seeds(r: dict) -> str:
+    """A mean over fewer seeds than the grid's is marked (the others timed out or did not run)."""
+    return f" ({r['seeds']} of {r['of']} seeds)" if 0 < r["seeds"] < r["of"] else ""
 
 
 def _n(label: str) -> float:
@@ -126,7 +133,7 @@ def _figures(r: dict, cpu: bool = True) -> str:
 def _best(here: dict) -> str:
     peers = [r for m, r in here.items() if m in grid.PEERS and "status" not in r]
     if not peers:
-        return "no peer ran on every seed" + " |" * (len(HEADS) - 1)
+        return "no peer ran" + " |" * (len(HEADS) - 1)
     cells = []
     for k in METRICS:
         ran = [r for r in peers if r.get(k) is not None]
@@ -134,7 +141,8 @@ def _best(here: dict) -> str:
             cells.append("-")
             continue
         best = min(ran, key=lambda r: r[k])
-        cells.append(f"{best[k]:.3f} ({SHORT[best['method']]})")
+        partial = _seeds(best).replace(" (", ", ").rstrip(")")
+        cells.append(f"{best[k]:.3f} ({SHORT[best['method']]}{partial})")
     return " | ".join(cells)
 
 
