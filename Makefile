@@ -51,12 +51,32 @@ BENCH_VENV := .venv-bench
 $(BENCH_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/pip install --quiet --upgrade pip
-	$(BENCH_VENV)/bin/pip install --quiet -e '.[bench,plot]'
+	$(BENCH_VENV)/bin/pip install --quiet -c benchmarks/constraints.txt -e '.[bench,plot]'
 	touch $@
 
-bench-accuracy: $(BENCH_VENV)/.installed
+# dpmm (the peers' MST, AIM and PrivBayes with public domains) pins numpy 1.26 and pandas 2.1,
+# which dpsynth (numpy >= 2) cannot share: it gets an environment of its own, and the real-tables
+# benchmark runs it in a subprocess on files (benchmarks/real_tables/peer_worker.py).
+DPMM_VENV := .venv-dpmm
+
+$(DPMM_VENV)/.installed: benchmarks/real_tables/dpmm-requirements.txt
+	$(PYTHON) -m venv $(DPMM_VENV)
+	$(DPMM_VENV)/bin/pip install --quiet --upgrade pip
+	$(DPMM_VENV)/bin/pip install --quiet -r benchmarks/real_tables/dpmm-requirements.txt
+	touch $@
+
+bench-accuracy: $(BENCH_VENV)/.installed $(DPMM_VENV)/.installed
 	$(BENCH_VENV)/bin/python -m benchmarks.accuracy --write-docs
 	$(BENCH_VENV)/bin/python -m benchmarks.mixed_accuracy   # mixed tables (docs: "Mixed tables")
+	$(BENCH_VENV)/bin/python -m benchmarks.real_tables --write-docs   # docs: "Real tables"
+
+# The real-tables quick cell (diamonds and flights, n = 20,000, eps 1, 3 seeds): ours against the
+# peers cached under benchmarks/out/real_tables (the first run draws them: about an hour) in a few
+# minutes, e.g. make bench-real-quick OURS=auto,marginals
+OURS ?= auto
+.PHONY: bench-real-quick
+bench-real-quick: $(BENCH_VENV)/.installed $(DPMM_VENV)/.installed
+	$(BENCH_VENV)/bin/python -m benchmarks.real_tables --quick --ours $(OURS)
 
 # Wide tables (--dim): W1 - floor on near-subspace, unstructured and real 10-30 column tables,
 # against every fixed d', --dim full, MST and AIM (docs/benchmarks.md, "Wide tables"); then the
@@ -67,4 +87,4 @@ bench-dim: $(BENCH_VENV)/.installed
 	$(BENCH_VENV)/bin/python -m benchmarks.dim_study spectrum
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) sample_data/out
+	rm -rf $(VENV) $(BENCH_VENV) $(DPMM_VENV) sample_data/out

@@ -17,7 +17,7 @@ import typer
 
 from dpsynth_cli import __version__, io, online_cli, pca_cli, report
 from dpsynth_cli import options as opt
-from dpsynth_cli.console import Feedback, print_evaluation
+from dpsynth_cli.console import Feedback
 from dpsynth_cli.domain import (
     ColumnSpec,
     declare_columns,
@@ -416,8 +416,9 @@ def evaluate(
             "--plot",
             metavar="PNG",
             show_default=False,
-            help="Draw real vs synthetic marginals and a scatter to PNG, e.g. --plot cmp.png "
-            "(needs the 'plot' extra: matplotlib).",
+            help="Draw real vs synthetic to PNG, e.g. --plot cmp.png: a panel per column "
+            "(levels by name) and the pairs that differ most as heat maps (needs the 'plot' "
+            "extra: matplotlib).",
         ),
     ] = None,
     plot_columns: Annotated[
@@ -426,8 +427,8 @@ def evaluate(
             "--plot-columns",
             metavar="A,B",
             show_default=False,
-            help="The two columns of the scatter, e.g. --plot-columns age,income "
-            "(default: the first two).",
+            help="A pair to draw first, e.g. --plot-columns age,income (a scatter of two "
+            "numbers; default: only the worst pairs).",
         ),
     ] = None,
     seed: Annotated[
@@ -445,6 +446,7 @@ def evaluate(
     """Compare REAL and SYNTHETIC: W1 and per-column utility. NOT private: do not release."""
     from dpsynth_cli.evaluate import compare  # scipy and POT: only evaluate pays for them
     from dpsynth_cli.evaluate.plot import plot_comparison
+    from dpsynth_cli.evaluate.summary import print_evaluation
 
     feedback = Feedback(quiet)
     declared = {name: (lo, hi) for name, lo, hi in map(parse_bounds_flag, bounds or [])}
@@ -480,7 +482,14 @@ def evaluate(
     if plot:
         pair = _plot_pair(plot_columns, names)
         plot_comparison(
-            plot, result.real, result.synthetic, specs, pair, seed, sampled=result.sampled
+            plot,
+            result.real,
+            result.synthetic,
+            specs,
+            result.report,
+            pair,
+            seed,
+            sampled=result.sampled,
         )
     if report_path:
         io.atomic_write_bytes(report_path, report.dumps(result.report))
@@ -492,7 +501,7 @@ def evaluate(
 
 def _plot_pair(text: str | None, names: list[str]) -> tuple[int, int] | None:
     if text is None:
-        return (0, 1) if len(names) >= 2 else None
+        return None  # the worst pairs only
     pair = [c.strip() for c in text.split(",")]
     if len(pair) != 2 or not all(c in names for c in pair):
         raise UsageError(

@@ -60,12 +60,16 @@ def test_synthetic_table_without_a_compared_column_is_a_one_line_error(runner, t
     )
 
 
-def test_an_estimate_outside_its_bracket_is_flagged():
-    from dpsynth_cli.console import _describe_w1
+def test_an_estimate_outside_its_bracket_is_flagged_in_plain_words():
+    """Issue 24: 'outside the certified bounds: biased upward at this size' said nothing to a
+    steward; the summary says what the numbers are and which to trust."""
+    from dpsynth_cli.evaluate.summary import _describe_w1
 
-    sub = {"mean": 0.0246, "floor": {"mean": 0.02}, "outside_certified_bounds": True}
+    sub = {"mean": 0.0246, "size": 2000, "floor": {"mean": 0.02}, "outside_certified_bounds": True}
     text = _describe_w1({"lower": 0.001, "upper": 0.0105, "subsample": sub})
-    assert "0.0246" in text and "outside the certified bounds" in text
+    assert "0.0246" in text and "between 0.001 and 0.0105 (proven bounds)" in text
+    assert "2,000-row samples" in text and "differ by chance; trust the bounds" in text
+    assert "biased" not in text and "certified" not in text
 
 
 def test_from_report_reuses_synth_columns_and_bounds(runner, tmp_path):
@@ -109,6 +113,81 @@ def test_plot_writes_a_png(runner, tmp_path):
     )
     assert result.exit_code == 0, result.output
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def mixed_pair(tmp_path, n=600):
+    """A real table of 8 columns (a category, a boolean, numbers) and a synthetic one that
+    keeps each column but breaks the pairs (columns shuffled apart)."""
+    rng = np.random.default_rng(7)
+    ward = rng.choice(["cardiology", "surgery", "maternity"], n, p=[0.5, 0.3, 0.2])
+    x = rng.random(n)
+    real = pd.DataFrame(
+        {
+            "ward": ward,
+            "smoker": np.where(rng.random(n) < 0.3, "true", "false"),
+            "x": x,
+            "y": x + 0.1 * rng.random(n),
+            **{f"z{k}": rng.random(n) for k in range(4)},
+        }
+    )
+    real["y"] += (ward == "surgery") * 0.5
+    synth = pd.DataFrame({c: rng.permutation(real[c].to_numpy()) for c in real.columns})
+    schema = {"ward": {"type": "category", "levels": ["cardiology", "surgery", "maternity"]}}
+    schema["smoker"] = {"type": "boolean"}
+    schema.update({c: {"type": "float", "lower": 0, "upper": 2} for c in real.columns[2:]})
+    real.to_csv(tmp_path / "real.csv", index=False)
+    synth.to_csv(tmp_path / "synth.csv", index=False)
+    (tmp_path / "s.json").write_text(json.dumps({"columns": schema}))
+    return tmp_path / "real.csv", tmp_path / "synth.csv", ["--schema", tmp_path / "s.json"]
+
+
+def test_report_labels_correlations_and_names_the_worst_pairs(runner, tmp_path):
+    """Issue 24: the JSON correlation matrix had no labels and mixed category codes in; the
+    summary's 'largest correlation difference: 0.837' named no pair. Now: labelled, numeric
+    columns only, every pair worst first, and the summary names them."""
+    real, synth, schema = mixed_pair(tmp_path)
+    report = json.loads(evaluate(runner, real, synth, *schema, "--json").stdout)
+    corr = report["correlation"]
+    assert corr["columns"] == ["x", "y", "z0", "z1", "z2", "z3"]  # no level codes as numbers
+    assert len(corr["difference"]) == 6 and corr["pairs"][0]["columns"] == ["x", "y"]
+    assert report["summary"]["pair_tvd"]["pair"] == ["x", "y"]
+    assert {tuple(p["columns"]) for p in report["pair_tvd"]["pairs"][:2]} == {
+        ("x", "y"),
+        ("ward", "y"),
+    }
+    ward = report["per_column"]["ward"]  # by level name, no mean or quantile of codes
+    assert set(ward) == {"tvd", "levels"} and list(ward["levels"]) == [
+        "cardiology",
+        "surgery",
+        "maternity",
+    ]
+    text = evaluate(runner, real, synth, *schema).stdout
+    assert "largest difference 0.804 for (x, y) (real 0.7953, synthetic -0.008712)" in text
+    assert "worst (x, y) 0.6583, (ward, y) 0.2433" in text
+    assert "cardiology: 48.0%" in text  # a category's figure is a level's share, by name
+
+
+def test_plot_is_a_grid_with_levels_by_name(runner, tmp_path, monkeypatch):
+    """Issue 24: --plot drew one 4400 x 360 px row of panels with category codes on a number
+    axis. Now a grid of 4 panels per row, levels named on the axes, the worst pairs drawn."""
+    plt = pytest.importorskip("matplotlib.pyplot")
+    figures = []
+    close = plt.close
+    monkeypatch.setattr(plt, "close", lambda fig: (figures.append(fig), close(fig)))
+    real, synth, schema = mixed_pair(tmp_path)
+    png = tmp_path / "grid.png"
+    result = evaluate(runner, real, synth, *schema, "--plot", png, "-q")
+    assert result.exit_code == 0, result.output
+    width, height = (v * 100 for v in figures[0].get_size_inches())
+    assert width <= 1700 and height >= 3 * 320  # 8 columns in 2 rows, then the pairs' heat maps
+    labels = {
+        tick.get_text()
+        for ax in figures[0].axes
+        for tick in ax.get_xticklabels() + ax.get_yticklabels()
+    }
+    assert {"cardiology", "surgery", "maternity", "false", "true"} <= labels
+    titles = [ax.get_title() for ax in figures[0].axes]
+    assert any(t.startswith("x × y: real") for t in titles)
 
 
 @pytest.mark.parametrize(
@@ -158,8 +237,8 @@ def streamed(real, synth, specs, size, limits):
 
 
 def test_streamed_statistics_bracket_the_in_memory_figures(capsys):
-    from dpsynth_cli.console import print_evaluation
     from dpsynth_cli.evaluate import compare
+    from dpsynth_cli.evaluate.summary import print_evaluation
     from dpsynth_cli.evaluate.w1 import w1_exact
 
     real, synth = frames()
@@ -190,8 +269,15 @@ def test_streamed_statistics_bracket_the_in_memory_figures(capsys):
     assert report["per_column"]["y"]["quantiles"] == exact["per_column"]["y"]["quantiles"]
     gap = np.array(report["correlation"]["difference"])
     assert gap == pytest.approx(np.array(exact["correlation"]["difference"]), rel=1e-12)
+    # the pair figures are counts on the public bins: the streamed ones are the exact ones
+    assert report["pair_tvd"] == exact["pair_tvd"]
+    assert report["summary"]["pair_tvd"] == exact["summary"]["pair_tvd"]
+    assert report["column_errors"]["y"]["error"] == pytest.approx(
+        exact["column_errors"]["y"]["error"],
+        abs=0.5 / 6,  # within the bracket's width
+    )
     print_evaluation(report)
-    assert "from streamed statistics" in capsys.readouterr().out
+    assert "more rows than evaluate keeps" in capsys.readouterr().out
 
 
 def same_up_to_rounding(a, b):

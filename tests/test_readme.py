@@ -96,7 +96,7 @@ def test_penguins_walk_through(tmp_path):
         "year",
     ]
     assert synth["year"].between(2007, 2009).all() and synth["year"].dtype.kind == "i"
-    assert "W1 on the unit cube" in done.stdout
+    assert "whole table, W1 on the 0-1 cube" in done.stdout
 
 
 def test_mixed_tables_section_runs_as_written(tmp_path):

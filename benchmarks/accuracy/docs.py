@@ -59,9 +59,9 @@ def git_state() -> str:
     return f"commit {head}" + (" with uncommitted changes in dpsynth_cli/" if dirty else "")
 
 
-def _versions() -> str:
+def _versions(packages: tuple[str, ...] = PACKAGES) -> str:
     out = []
-    for name in PACKAGES:
+    for name in packages:
         try:
             out.append(f"{name} {metadata.version(name)}")
         except metadata.PackageNotFoundError:

@@ -21,7 +21,13 @@ import pyarrow as pa
 
 from dpsynth_cli.domain import CONTINUOUS, ColumnSpec, Domain, column_values, schema_column
 from dpsynth_cli.errors import DataError, UsageError
-from dpsynth_cli.evaluate.categorical import categorical_columns
+from dpsynth_cli.evaluate.categorical import LEVEL_KINDS
+from dpsynth_cli.evaluate.fidelity import (
+    column_w1,
+    fidelity,
+    fidelity_from_counts,
+    unit_interval,
+)
 from dpsynth_cli.evaluate.stats import TableStats, default_sample_rows
 from dpsynth_cli.evaluate.w1 import bracket_summary, w1_1d, w1_summary
 from dpsynth_cli.evaluate.w1_binned import binned_quantiles, default_max_bins, w1_1d_bracket
@@ -39,8 +45,9 @@ STREAMED_NOTE = (
     "one pass of mergeable statistics, the subsample estimate from uniform samples of "
     "sample_rows rows; per-column w1 is the midpoint of its certified w1_bounds, quantiles are "
     "exact at a histogram bin's smallest or largest value and otherwise within one bin "
-    "((upper - lower) / 2**depth, histogram_depths) of the exact ones; the level shares and TVD "
-    "of boolean / category columns come from the uniform samples"
+    "((upper - lower) / 2**depth, histogram_depths) of the exact ones; level shares, 2-way "
+    "TVDs and correlations are exact (counts on the public bins); the 1-D W1 of a nullable "
+    "column in column_errors comes from the uniform samples"
 )
 
 
@@ -150,23 +157,6 @@ def _pair(real: float, synth: float) -> dict[str, float]:
     return {"real": real, "synthetic": synth, "difference": synth - real}
 
 
-def correlation_gap(real: np.ndarray, synth: np.ndarray) -> dict[str, Any] | None:
-    """Difference of the Pearson correlation matrices (synthetic minus real)."""
-    if real.shape[1] < 2:
-        return None
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return _correlation(np.corrcoef(real, rowvar=False), np.corrcoef(synth, rowvar=False))
-
-
-def _correlation(real: np.ndarray, synth: np.ndarray) -> dict[str, Any]:
-    diff = synth - real
-    finite = diff[np.isfinite(diff)]
-    return {
-        "difference": [[_num(x) for x in row] for row in diff],
-        "max_abs_difference": _num(np.abs(finite).max()) if finite.size else None,
-    }
-
-
 @dataclass(frozen=True)
 class Limits:
     """Sizes of the streamed statistics (None: the defaults, see `stats`, `w1_binned` and
@@ -229,10 +219,15 @@ def evaluate(
         "columns": {s.name: s.to_json() for s in specs},
         "rows": {"real": stats[0].n, "synthetic": stats[1].n},
     }
-    if complete:
+    if complete:  # every figure from the rows (so the same whatever the batches' sizes)
         report.update(_from_rows(X, Y, specs, rng))
+        figures = fidelity(X, Y, specs)
     else:
         report.update(_from_statistics(stats, cells, X, Y, specs, rng))
+        w1 = _streamed_w1(stats, X, Y, specs)
+        figures = fidelity_from_counts(stats[0].pairs, stats[1].pairs, w1)
+    report["per_column"] = _with_levels(report["per_column"], figures["column_errors"])
+    report.update(figures)
     return Evaluation(report, X, Y, not complete)
 
 
@@ -257,11 +252,7 @@ def _from_rows(
         "metric": METRIC,
         "mixed_metric": domain.metric(),
         **_mixed_w1(domain, X, Y, rng),
-        "per_column": _with_levels(
-            per_column(X, Y, specs),
-            categorical_columns(X, Y, specs),
-        ),
-        "correlation": correlation_gap(X, Y),
+        "per_column": per_column(X, Y, specs),
     }
 
 
@@ -305,11 +296,7 @@ def _from_statistics(
         "metric": METRIC,
         "mixed_metric": domain.metric(),
         **_mixed_w1(domain, X, Y, rng),
-        # level shares and TVD of boolean / category columns from the uniform samples
-        "per_column": _with_levels(_floats(columns), categorical_columns(X, Y, specs)),
-        "correlation": (
-            _correlation(real.raw.correlation(), synth.raw.correlation()) if d >= 2 else None
-        ),
+        "per_column": _floats(columns),
         "streamed": {
             "note": STREAMED_NOTE,
             "sample_rows": real.sample.size,
@@ -336,10 +323,37 @@ def _batches(data: TableData) -> Iterable[pa.Table | pa.RecordBatch]:
     return [data] if isinstance(data, pa.Table) else data()
 
 
-def _with_levels(numeric: dict[str, Any], levels: dict[str, Any]) -> dict[str, Any]:
-    """Boolean / category columns get their TVD and level shares next to the code statistics
-    (W1, mean, quantiles of the level codes: the mixed metric's view of the column)."""
-    return {name: {**c, **levels.get(name, {})} for name, c in numeric.items()}
+def _with_levels(columns: dict[str, Any], errors: dict[str, Any]) -> dict[str, Any]:
+    """Boolean / category columns: their TVD and level shares by name, in place of statistics
+    of their codes (a level's code is no number); the others as they are."""
+    return {
+        name: {"tvd": errors[name]["error"], "levels": errors[name]["levels"]}
+        if errors[name]["measure"] == "tvd"
+        else c
+        for name, c in columns.items()
+    }
+
+
+def _numeric(specs: list[ColumnSpec]) -> list[tuple[int, ColumnSpec]]:
+    return [(j, s) for j, s in enumerate(specs) if s.kind not in LEVEL_KINDS]
+
+
+def _streamed_w1(
+    stats: list[TableStats], X: np.ndarray, Y: np.ndarray, specs: list[ColumnSpec]
+) -> dict[str, float | None]:
+    """Each numeric column's 1-D W1 on the 0-1 scale from the streamed statistics: the middle of
+    its certified bracket over the width of the 0-1 scale; a nullable column's (missing at
+    distance 1, which the histograms of clamped values do not keep apart) from the uniform
+    samples X, Y."""
+    out = {}
+    for j, spec in _numeric(specs):
+        if spec.nullable:
+            out[spec.name] = column_w1(X[:, j], Y[:, j], spec)
+        else:
+            low, high = w1_1d_bracket(stats[0].hist, stats[1].hist, j)
+            lo, hi = unit_interval(spec)
+            out[spec.name] = float((low + high) / 2 / (hi - lo))
+    return out
 
 
 def _num(x: float) -> float | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from dpsynth_cli.domain import ColumnSpec, Domain
+from dpsynth_cli.evaluate.fidelity import PairCounts
 from dpsynth_cli.evaluate.w1_binned import Histograms
 from dpsynth_cli.evaluate.w1_cells import DyadicCells
 
@@ -110,8 +111,9 @@ class TableStats:
     (the sample's keys are drawn row after row).
 
     Per column: a histogram of the values clamped onto the column's bounds (per-column figures,
-    and the W1 lower bound), the clamped values' moments; all columns: the raw values' moments
-    (correlation), a uniform sample, and the unit-cube points in `cells` as `side` (0: real,
+    and the W1 lower bound), the clamped values' moments; all columns: the counts on the public
+    bins of every column and pair (`fidelity.PairCounts`: level shares, 2-way TVD, correlations),
+    a uniform sample, and the unit-cube points in `cells` as `side` (0: real,
     1: synthetic). A float column's cube coordinate is (clamped - lower) / (upper - lower), bit
     for bit the histogram's bin coordinate, so its cube histogram is the same one rescaled;
     integer columns (padded by 1/2 on the cube) get their own (`cube`).
@@ -138,7 +140,7 @@ class TableStats:
         self.side, self.cells, self.n = side, cells, 0
         self.hist = Histograms(d + len(self.padded), max_bins)
         self.clamped = Moments(d)
-        self.raw = Moments(d)
+        self.pairs = PairCounts(specs)
         self.sample = Reservoir(sample_rows, d, rng)
 
     def add(self, X: np.ndarray) -> None:
@@ -149,6 +151,6 @@ class TableStats:
         padded = unit[:, self.padded]
         self.hist.add(np.hstack((coord, padded)), np.hstack((clamped, padded)))
         self.clamped.add(clamped)
-        self.raw.add(X)
+        self.pairs.add(X)
         self.sample.add(X)
         self.cells.add(unit, self.side)

@@ -1,0 +1,139 @@
+"""The `evaluate` summary a person reads on stdout: every figure in plain words, the worst column
+and pairs named, levels by name (the JSON report, --json, has everything)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from dpsynth_cli.coltypes import bound_text
+
+PAIRS_SHOWN = 3  # worst pairs named in the summary (the JSON report lists every pair)
+
+
+def print_evaluation(result: dict[str, Any]) -> None:
+    """The evaluate summary, a result: on stdout (so `> out.txt` keeps it), even with -q."""
+    out = Console(soft_wrap=True, highlight=False)
+    out.print(_column_table(result), markup=False)
+    rows = result["rows"]
+    out.print(f"rows: real {rows['real']:,}, synthetic {rows['synthetic']:,}", markup=False)
+    for line in _figure_lines(result):
+        out.print(line, markup=False)
+
+
+def _column_table(result: dict[str, Any]) -> Table:
+    table = Table(title="dpsynth evaluate: NOT differentially private, do not release")
+    for name in ("column", "error", "real", "synthetic"):
+        table.add_column(name, justify="left" if name == "column" else "right")
+    errors = result["column_errors"]
+    for name, c in result["per_column"].items():
+        error = errors[name]
+        label = f"{'TVD' if error['measure'] == 'tvd' else 'W1'} {_fmt(error['error'])}"
+        table.add_row(name, label, *_column_sides(c, result["columns"][name]))
+    return table
+
+
+def _column_sides(c: dict[str, Any], declared: dict[str, Any]) -> tuple[str, str]:
+    """Real and synthetic: mean and standard deviation of a number (a date's as a date and
+    days); of a level column, the level whose share differs most, by name."""
+    if "levels" in c:
+        level, shares = max(
+            c["levels"].items(), key=lambda kv: abs(kv[1]["real"] - kv[1]["synthetic"])
+        )
+        return tuple(f"{level}: {shares[side]:.1%}" for side in ("real", "synthetic"))
+    kind = declared["type"]
+    if kind in ("date", "datetime"):
+        day = 1.0 if kind == "date" else 86400.0
+        return tuple(
+            f"mean {_when(c['mean'][side], kind, declared.get('timezone'))}, "
+            f"sd {_fmt(_over(c['std'][side], day))} days"
+            for side in ("real", "synthetic")
+        )
+    return tuple(
+        f"mean {_fmt(c['mean'][side])}, sd {_fmt(c['std'][side])}" for side in ("real", "synthetic")
+    )
+
+
+def _when(code: float | None, kind: str, timezone: str | None) -> str:
+    """A date or datetime code as ISO text (to the minute), as the tables write it."""
+    if code is None:
+        return "n/a"
+    text = bound_text(code, kind, timezone)
+    return text if kind == "date" else text[:16]
+
+
+def _over(x: float | None, unit: float) -> float | None:
+    return None if x is None else x / unit
+
+
+def _figure_lines(result: dict[str, Any]) -> list[str]:
+    summary = result["summary"]
+    col = summary["column_error"]
+    lines = [
+        "each column (W1 on the 0-1 scale of its bounds, TVD of a category's level shares): "
+        f"worst {_fmt(col['worst'])} ({col['column']}), mean {_fmt(col['mean'])}"
+    ]
+    pairs = [p for p in result["pair_tvd"]["pairs"] if p["tvd"] is not None]
+    if pairs:
+        bins = result["pair_tvd"]["bins_per_number"]
+        named = ", ".join(f"{_pair(p['columns'])} {_fmt(p['tvd'])}" for p in pairs[:PAIRS_SHOWN])
+        lines.append(
+            f"each pair of columns (TVD of their 2-way table, numbers in {bins} bins of their "
+            f"bounds): worst {named}; mean {_fmt(summary['pair_tvd']['mean'])} over "
+            f"{len(pairs)} pairs"
+        )
+    corr = [p for p in (result["correlation"] or {}).get("pairs", []) if p["error"] is not None]
+    if corr:
+        worst = corr[0]
+        lines.append(
+            f"correlations of numeric columns: largest difference {_fmt(worst['error'])} for "
+            f"{_pair(worst['columns'])} (real {_fmt(worst['real'])}, synthetic "
+            f"{_fmt(worst['synthetic'])}); mean difference "
+            f"{_fmt(summary['correlation_error']['mean'])}"
+        )
+    lines.append(
+        "whole table, W1 on the 0-1 cube (distance: the largest gap in any column): "
+        + _describe_w1(result["w1_unit_cube"])
+    )
+    if "w1_mixed_metric" in result:
+        lines.append(
+            "whole table, W1 with levels compared by name (different level: distance 1): "
+            + _describe_w1(result["w1_mixed_metric"])
+        )
+    if "streamed" in result:
+        lines.append(
+            "the tables hold more rows than evaluate keeps: a column's W1 is the middle of a "
+            "proven range, the whole-table W1 is a proven range plus an estimate from samples; "
+            "the JSON report (--json) has the ranges"
+        )
+    return lines
+
+
+def _pair(columns: list[str]) -> str:
+    return f"({', '.join(columns)})"
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.4g}"
+
+
+def _describe_w1(w1: dict[str, Any]) -> str:
+    if "exact" in w1:
+        return f"{_fmt(w1['exact'])} (exact)"
+    parts = [f"between {_fmt(w1['lower'])} and {_fmt(w1['upper'])} (proven bounds)"]
+    if "subsample" in w1:
+        sub = w1["subsample"]
+        size = sub.get("size", 2000)
+        text = f"estimate from {size:,}-row samples {_fmt(sub.get('mean'))}"
+        floor = sub.get("floor", {}).get("mean")
+        if floor is not None:
+            text += f" (two samples of the real table alone differ by {_fmt(floor)})"
+        if sub.get("outside_certified_bounds"):
+            text += (
+                ": outside the proven bounds, because samples this small differ by chance; "
+                "trust the bounds"
+            )
+        parts.append(text)
+    return "; ".join(parts)
