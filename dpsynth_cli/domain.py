@@ -583,6 +583,16 @@ class Domain:
         levels = [self.levels(j) for j in self.level_columns]
         return (*levels, *(2,) * len(self.nullable_continuous), *others)
 
+    def cube_coded_missing(self) -> tuple[int, ...]:
+        """Cube columns of nullable integer and date columns: their last code is "missing"
+        (`Rows.coded_missing`)."""
+        m, f = len(self.level_columns), len(self.nullable_continuous)
+        return tuple(
+            m + f + k
+            for k, j in enumerate(self._others)
+            if self.columns[j].nullable and self.columns[j].kind in DISCRETE
+        )
+
     def to_cube(self, values: np.ndarray) -> np.ndarray:
         """The mechanisms' cube (`cube_dim` columns): the level columns, then a missing flag
         (a two-slot level column: 1/4 a value, 3/4 missing) per nullable float or datetime

@@ -222,9 +222,10 @@ class CountAndBounds:
         dom = self.domain
         if dom is not None:
             facts = (dom.cube_dim, dom.lead_bits(), dom.cube_codes(), dom.cube_flags())
+            missing = dom.cube_coded_missing()
             made = {
                 "privtree": lambda: privtree.FirstHistogram(dom.cube_dim, dom.lead_bits()),
-                "marginals": lambda: pairs.PairCounts(attributes(*facts)),
+                "marginals": lambda: pairs.PairCounts(attributes(*facts, missing)),
             }
             self.ahead = tuple(made[m]() for m in self.mechanisms)
 
@@ -274,7 +275,12 @@ def synthesize(
     lead = domain.lead_bits()
     X = raw.map(domain.to_cube, domain.cube_dim)
     X = replace(
-        X, ahead=first.ahead, lead=lead, flagged=domain.cube_flags(), codes=domain.cube_codes()
+        X,
+        ahead=first.ahead,
+        lead=lead,
+        flagged=domain.cube_flags(),
+        codes=domain.cube_codes(),
+        coded_missing=domain.cube_coded_missing(),
     )
     n_hat = noisy_count(first.n, budget.count, source.spawn("count"), ledger)
     call = {

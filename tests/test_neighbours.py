@@ -59,9 +59,8 @@ def fix_releases(monkeypatch) -> None:
         def run(X, **kwargs):
             fixed = as_rows(np.random.default_rng(0).random((300, X.d)))
             # the public facts of the cube too: level columns first, missing flags, codes
-            return mechanism(
-                replace(fixed, lead=X.lead, flagged=X.flagged, codes=X.codes), **kwargs
-            )
+            facts = {"flagged": X.flagged, "codes": X.codes, "coded_missing": X.coded_missing}
+            return mechanism(replace(fixed, lead=X.lead, **facts), **kwargs)
 
         return run
 

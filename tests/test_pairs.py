@@ -128,8 +128,18 @@ def test_output_keeps_levels_flags_and_dependence():
         Attribute(0, "code", 12, 4),
         Attribute(1, "cell", 1024, 8, flag=0),
         Attribute(0, "cell", 1024, 16),
+        Attribute(0, "code", 4, 4, span=0.8),
+        Attribute(0, "cell", 1024, 32, span=2000 / 2001),
     ],
-    ids=["level", "code", "codes in runs", "cell with missing", "cell"],
+    ids=[
+        "level",
+        "code",
+        "codes in runs",
+        "cell with missing",
+        "cell",
+        "codes, the last missing",
+        "cells, the last code missing",
+    ],
 )
 def test_attribute_values_round_trip(attr):
     """A value written into the cube reads back as an atom of that value; the groupings nest
@@ -154,6 +164,8 @@ def test_attributes_from_public_facts():
     ]
     sized = [a.with_size(400.0) for a in attrs]  # 1.25 sqrt(400) = 25 -> 32 runs
     assert [a.values for a in sized] == [3, 32, 12, 33]
+    (coded,) = attributes(1, (), (6,), (), coded_missing=(0,))  # 5 codes, then "missing"
+    assert (coded.kind, coded.atoms, coded.values, coded.span) == ("code", 5, 6, 5 / 6)
 
 
 def test_allocate_gives_floor_or_ceil_and_is_unbiased():

@@ -60,6 +60,8 @@ class Rows:
     # Codes of each column (`Domain.cube_codes`): a level column's levels (2 for a missing flag),
     # an integer or date column's whole codes, 0 for a float or datetime column. Public.
     codes: tuple[int, ...] = ()
+    # Integer and date columns (not level columns) whose last code means "missing" (nullable).
+    coded_missing: tuple[int, ...] = ()
 
     def ahead_of(self, kind: type[A]) -> A | None:
         """The statistic of this type that an earlier pass took, if any."""

@@ -9,8 +9,8 @@ before the noisy count is known (synth's first pass):
   level's slots, so the level is slot * L // P);
 - an integer or date column with at most ATOMS codes: its codes (code i owns [i/L, (i+1)/L));
 - any other number: ATOMS equal cells of [0, 1];
-- a nullable float or datetime column (value and missing flag in the cube) is one attribute whose
-  last atom is "missing".
+- a nullable column is one attribute whose last value is "missing": a float or datetime's
+  missing flag in the cube, an integer or date's last code (`Rows.coded_missing`).
 The one-way release groups a number's atoms into `size` runs (`with_size`: 2^b, b from eps and
 the noisy count); two-way counts are kept on the pair grid, at most PAIR_CELLS runs of atoms. All
 groupings are i * k // A of the atoms with power-of-two ratios between them, so they nest:
@@ -46,10 +46,12 @@ class Attribute:
     slots: int = 1  # a level column's slots in the cube (2^ceil(log2 L))
     flag: int | None = None  # the cube column of its missing flag (nullable float/datetime)
     pair_limit: int = PAIR_CELLS  # pair-grid cells at most (`pair_cells_for`)
+    span: float = 1.0  # the share of [0, 1] its values fill: (L - 1) / L when the last of L
+    # codes is "missing" (a nullable integer or date), which owns the rest
 
     @property
     def missing(self) -> bool:
-        return self.flag is not None
+        return self.flag is not None or self.span < 1.0
 
     @property
     def values(self) -> int:
@@ -101,15 +103,18 @@ class Attribute:
         if self.kind == "level":
             slot = np.clip((x * self.slots).astype(np.int64), 0, self.slots - 1)
             return slot * self.atoms // self.slots
-        atom = np.clip((x * self.atoms).astype(np.int64), 0, self.atoms - 1)
-        if self.missing:
+        atom = np.clip((x * (self.atoms / self.span)).astype(np.int64), 0, self.atoms - 1)
+        if self.flag is not None:
             atom[X[:, self.flag] >= 0.5] = self.atoms
+        elif self.span < 1.0:
+            atom[x >= self.span] = self.atoms
         return atom
 
     def value_span(self) -> tuple[np.ndarray, np.ndarray]:
         """Where each value lies in [0, 1]: its first atom's start and its width."""
         first = -(-np.arange(self.size + 1, dtype=np.int64) * self.atoms // self.size)
-        return first[:-1] / self.atoms, np.diff(first) / self.atoms
+        unit = self.span / self.atoms
+        return first[:-1] * unit, np.diff(first) * unit
 
     def write(self, out: np.ndarray, values: np.ndarray, u: np.ndarray) -> None:
         """Put values (with within-value positions u in [0, 1)) into the cube columns of out:
@@ -121,14 +126,17 @@ class Attribute:
         present = values < self.size
         v = np.minimum(values, self.size - 1)
         start, width = self.value_span()
+        unit = self.span / self.atoms
         if self.kind == "code":  # a whole code: the middle of the atom the position falls in
-            atom = np.floor((start[v] + u * width[v]) * self.atoms)
-            point = (atom + 0.5) / self.atoms
+            atom = np.floor((start[v] + u * width[v]) / unit)
+            point = (atom + 0.5) * unit
         else:
             point = start[v] + u * width[v]
-        out[:, self.column] = np.where(present, point, 0.0)
-        if self.missing:
+        if self.flag is not None:  # a missing flag: the value at 0
+            out[:, self.column] = np.where(present, point, 0.0)
             out[:, self.flag] = np.where(present, 0.25, 0.75)
+        else:  # the missing code's middle
+            out[:, self.column] = np.where(present, point, (1.0 + self.span) / 2)
 
     def with_size(self, signal: float) -> Attribute:
         """The release grid for eps n / sens = `signal` per attribute: a number's atoms in
@@ -153,6 +161,7 @@ def attributes(
     lead: tuple[int, ...],
     codes: tuple[int, ...],
     flagged: tuple[tuple[int, int], ...],
+    coded_missing: tuple[int, ...] = (),
 ) -> tuple[Attribute, ...]:
     """The model's attributes at their atoms, in the cube's order (level columns first), from
     public facts only; `with_size` fixes the release grid once the noisy count is known."""
@@ -168,6 +177,9 @@ def attributes(
             out.append(Attribute(c, "level", levels, levels, 1 << lead[c], pair_limit=limit))
             continue
         count = codes[c] if codes else 0
+        span = (count - 1) / count if c in coded_missing and count > 1 else 1.0
+        count -= span < 1.0
         kind, atoms = ("code", count) if 0 < count <= ATOMS else ("cell", ATOMS)
-        out.append(Attribute(c, kind, atoms, atoms, flag=flag_of.get(c), pair_limit=limit))
+        flag = flag_of.get(c)
+        out.append(Attribute(c, kind, atoms, atoms, flag=flag, pair_limit=limit, span=span))
     return tuple(out)

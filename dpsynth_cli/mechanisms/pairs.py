@@ -147,7 +147,8 @@ def plan(epsilon: Fraction, noisy_n: int, rows: Rows, relation: str) -> Plan:
     select = Fraction(0) if count <= 1 else _share(epsilon, SELECT)
     signal = float(one_way) / max(count, 1) * max(noisy_n, 1) / sens
     attrs = tuple(
-        a.with_size(signal) for a in attributes(rows.d, rows.lead, rows.codes, rows.flagged)
+        a.with_size(signal)
+        for a in attributes(rows.d, rows.lead, rows.codes, rows.flagged, rows.coded_missing)
     )
     pairs = epsilon - one_way - select
 
@@ -185,7 +186,7 @@ class PairCounts:
     @classmethod
     def of(cls, rows: Rows) -> PairCounts:
         """The counts for these rows' public facts (the grids `run` expects)."""
-        return cls(attributes(rows.d, rows.lead, rows.codes, rows.flagged))
+        return cls(attributes(rows.d, rows.lead, rows.codes, rows.flagged, rows.coded_missing))
 
     def add(self, X: np.ndarray) -> None:
         atoms = [a.encode(X) for a in self.attributes]
