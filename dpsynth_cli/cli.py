@@ -222,6 +222,7 @@ def synth(
             signal=result.signal,
             output_rows=result.output_rows,
             output={"path": output, "format": out_fmt},
+            dim=result.dim,
         )
         # Parquet carries the mark of a seeded run in the file itself (CSV cannot)
         mark = {"dpsynth.release": report.NOT_FOR_RELEASE} if seed is not None else None
