@@ -9,13 +9,25 @@ off the diagonal) and the joint W1 (exact, L-infinity). `uniform` is the same nu
 drawn uniformly on the bounds' box.
 
     python -m benchmarks.small_wide [--eps 0.5,1,2] [--runs 5]   (needs scikit-learn)
+    python -m benchmarks.small_wide grid   (the fallback rule's evidence; ~25 min on 2 cores)
+
+`grid`: `--dim auto` with its projection forced (lowdim.CENTRE_NOISE_LIMIT lifted), `--dim full`
+and uniform noise on the wide benchmark's synthetic tables (near2-d10, near2-d30, near3-d30,
+indep-d10) at n = 500-20,000 and on the two real tables, eps 0.5, 1, 2, 3 seeds: exact W1
+(L-infinity) on 1,500-row subsamples, the private centre's noise sd (`lowdim.centre_noise`, public)
+and how many chosen directions the shared spectrum rule puts above the noise. Records go to
+benchmarks/out/small_wide_grid.jsonl; the summary is one line per cell, by the centre's noise.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
+import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -121,7 +133,98 @@ def metrics(X: np.ndarray, Y: np.ndarray) -> dict[str, float]:
     }
 
 
+GRID_OUT = Path("benchmarks/out/small_wide_grid.jsonl")
+GRID_TABLES = ("near2-d10", "near2-d30", "near3-d30", "indep-d10")
+GRID_N = (500, 1000, 2000, 5000, 10000, 20000)
+GRID_SUBSAMPLE = 1500
+
+
+def _grid_cell(name: str, X: np.ndarray, eps: float, seed: int) -> dict:
+    from benchmarks.accuracy.wide import run_ours
+    from dpsynth_cli.evaluate.w1 import w1_exact
+    from dpsynth_cli.mechanisms import lowdim
+
+    rec: dict = {"table": name, "n": X.shape[0], "d": X.shape[1], "eps": eps, "seed": seed}
+    rng = np.random.default_rng(seed)
+    limit = lowdim.CENTRE_NOISE_LIMIT
+    for method in ("projected", "full", "uniform"):
+        det: dict = {}
+        if method == "uniform":
+            Y = np.random.default_rng(50 + seed).random(X.shape)
+        else:
+            lowdim.CENTRE_NOISE_LIMIT = math.inf if method == "projected" else limit
+            try:
+                Y = run_ours(X, eps, 100 + seed, "auto" if method == "projected" else "full", det)
+            finally:
+                lowdim.CENTRE_NOISE_LIMIT = limit
+        m = min(GRID_SUBSAMPLE, X.shape[0], Y.shape[0])
+        a, b = X[rng.choice(X.shape[0], m, False)], Y[rng.choice(Y.shape[0], m, False)]
+        rec[method] = {"w1": w1_exact(a, b), **det}
+    nh = rec["projected"]["noisy_rows"]
+    rec["centre_noise_sd"] = lowdim.centre_noise(X.shape[1], _mechanism_eps(eps), nh, "add-remove")
+    spec = rec["projected"].get("noisy_spectrum", [])[: rec["projected"].get("k", 0)]
+    rec["above_noise"] = int(sum(v > rec["projected"].get("noise_norm", math.inf) for v in spec))
+    return rec
+
+
+def _mechanism_eps(eps: float):
+    from dpsynth_cli.synth import SynthOptions, plan_budget
+
+    return plan_budget(SynthOptions(epsilon=eps), []).mechanism
+
+
+def grid() -> None:
+    """Run the cells not yet in GRID_OUT, then print the summary."""
+    from benchmarks.accuracy import wide_tables
+    from benchmarks.accuracy.tables import SEED, _truncated
+
+    GRID_OUT.parent.mkdir(parents=True, exist_ok=True)
+    done = set()
+    if GRID_OUT.exists():
+        for line in GRID_OUT.read_text().splitlines():
+            r = json.loads(line)
+            done.add((r["table"], r["n"], r["eps"], r["seed"]))
+    tables: list[tuple[str, np.ndarray]] = []
+    try:
+        tables += [(name, load(name)[0]) for name in ("diabetes", "cancer")]
+    except ImportError:
+        print("scikit-learn not installed: the real tables are left out", file=sys.stderr)
+    for name in GRID_TABLES:
+        tables += [
+            (name, _truncated(wide_tables.SYNTHETIC[name], n, SEED + 7 * n + 30)) for n in GRID_N
+        ]
+    with GRID_OUT.open("a") as fh:
+        for name, X in tables:
+            for eps in (0.5, 1.0, 2.0):
+                for seed in range(3):
+                    if (name, X.shape[0], eps, seed) in done:
+                        continue
+                    fh.write(json.dumps(_grid_cell(name, X, eps, seed)) + "\n")
+                    fh.flush()
+    cells: dict[tuple, list[dict]] = {}
+    for line in GRID_OUT.read_text().splitlines():
+        r = json.loads(line)
+        cells.setdefault((r["table"], r["n"], r["eps"]), []).append(r)
+    print(
+        "| centre noise sd | table | n | eps | projected / full | projected | full | uniform "
+        "| directions above the noise |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for (name, n, eps), rs in sorted(cells.items(), key=lambda c: c[1][0]["centre_noise_sd"]):
+        p, f, u = (np.mean([r[k]["w1"] for r in rs]) for k in ("projected", "full", "uniform"))
+        above = ", ".join(f"{r['above_noise']}/{r['projected'].get('k')}" for r in rs)
+        print(
+            f"| {rs[0]['centre_noise_sd']:.3f} | {name} | {n} | {eps:g} | {p / f:.2f} | "
+            f"{p:.3f} | {f:.3f} | {u:.3f} | {above} |"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["grid"]:
+        grid()
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--eps", default="0.5,1,2")
     ap.add_argument("--runs", type=int, default=5)

@@ -359,6 +359,12 @@ def _dim_plan(dim: str) -> dict[str, Any]:
             },
             "dim_rule": lowdim.DIM_RULE if dim.strip().lower() == "auto" else "fixed by --dim",
             "inner_mechanism": "--mechanism, on the coordinates in the private subspace",
+            "fallback": lowdim.FALLBACK_RULE
+            if dim.strip().lower() == "auto"
+            else "none (--dim N runs as asked; a non-numeric column is a usage error)",
+            "signal_check": "the chosen directions' noisy eigenvalues against the noise's "
+            "spectral norm (dpsynth_cli/spectrum.py): report `dim.signal`, a notice when they "
+            "cannot be told from noise",
         },
     }
 

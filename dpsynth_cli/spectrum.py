@@ -121,17 +121,34 @@ def check(
     return SpectrumSignal(vals, norms, compared, forced)
 
 
+def trace_noise(d: int, second_sd: float, first_sd: float, mean_norm: float) -> float:
+    """About one standard deviation of the noise in the trace of cov = S2/n - m^ m^^T: d
+    diagonal entries of sd `second_sd`, and ||m||^2 - ||m^||^2 = -2 m.e - ||e||^2 (sd about
+    2 ||m|| tau_1, mean d tau_1^2; ||m|| estimated as in `covariance_noise`)."""
+    m = math.sqrt(max(mean_norm * mean_norm - d * first_sd * first_sd, 0.0))
+    return math.sqrt(d) * second_sd + 2.0 * m * first_sd + d * first_sd * first_sd
+
+
+TOTAL_NOISE_LIMIT = 0.25  # ratios only when the total's noise sd is at most this share of it
+
+
 def explained_ratios(
-    signal: SpectrumSignal, total: float | None
+    signal: SpectrumSignal, total: tuple[float, float] | None
 ) -> tuple[list[float | None] | None, str]:
     """Explained-variance ratios that mean what their name says: eigenvalue / total variance,
     both noisy, so the total is taken as at least the sum of the released top eigenvalues
     (every ratio in [0, 1], their sum <= 1); None for a component below the noise (its
-    eigenvalue is the noise's). None overall without a released total."""
+    eigenvalue is the noise's). `total` is (noisy total variance, its noise sd); None overall
+    without a released total, or when its noise exceeds TOTAL_NOISE_LIMIT of it."""
     if total is None:
         return None, "this method releases no estimate of the total variance"
     kept = [max(v, 0.0) if a else 0.0 for v, a in zip(signal.values, signal.above, strict=True)]
-    denom = max(float(total), sum(kept))
+    denom = max(float(total[0]), sum(kept))
+    if total[1] > TOTAL_NOISE_LIMIT * denom:
+        return None, (
+            f"the noisy total variance ({total[0]:.3g}) is too uncertain for a ratio: its noise "
+            f"sd is about {total[1]:.3g}"
+        )
     note = (
         "noisy eigenvalue / max(noisy total variance, sum of the released eigenvalues above the "
         "noise): each in [0, 1], their sum at most 1"

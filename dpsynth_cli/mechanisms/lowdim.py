@@ -60,6 +60,13 @@ FIRST_MOMENT_SHARE = Fraction(1, 20)  # the centre
 # every cell at <= 0.09 was at most 1.06x the W1 of `--dim full` (0.25-0.99x in 58 of 60), cells
 # at >= 0.15 up to 1.7x (diabetes, breast cancer, independent columns), 0.11 still 0.63x.
 CENTRE_NOISE_LIMIT = 0.1
+FALLBACK_RULE = (
+    "all columns as --dim full, on the whole mechanism epsilon (no moments released), when the "
+    "table has a non-numeric column (boolean, category, date, datetime, nullable) or when each "
+    "coordinate of the private centre would have noise sd above "
+    f"{CENTRE_NOISE_LIMIT:g} of its range: sqrt(2) (d/2) / (eps_first noisy_rows) under "
+    "add/remove (public: d, eps, the noisy count)"
+)
 NUMERIC_KINDS = ("float", "integer")
 DIM_RULE = (
     "d' = argmin over 1 <= k <= d of sqrt(max(0, sum_{i>k} noisy eigenvalue_i)) "

@@ -108,16 +108,19 @@ class NoisyMoments:
     second_scale: Fraction  # the discrete Laplace scale of S2's entries (grid units squared)
     first_scale: Fraction  # the discrete Laplace scale of S1's entries (grid units)
 
-    def noise_norm(self, noisy_rows: int) -> float:
-        """The norm the covariance's noise reaches with probability about 0.99 (`spectrum`): a
-        discrete Laplace draw of scale b has standard deviation at most sqrt(2) b (its variance
-        1 / (2 sinh^2(1 / 2b)) <= 2 b^2); public scales, the noisy count and the noisy mean."""
+    def noise(self, noisy_rows: int) -> tuple[float, float, float]:
+        """(sd of the covariance's S2 term, sd of the mean's entries, the noisy mean's norm): a
+        discrete Laplace draw of scale b has sd at most sqrt(2) b (its variance 1 / (2
+        sinh^2(1 / 2b)) <= 2 b^2). Public scales over the noisy count, and a released value."""
         n = max(noisy_rows, 1)
         unit = float(1 << STAT_BITS)
         second_sd = math.sqrt(2.0) * float(self.second_scale) / (n * unit * unit)
         first_sd = math.sqrt(2.0) * float(self.first_scale) / (n * unit)
-        mean_norm = float(np.linalg.norm(self.first / (n * unit)))
-        return spectrum.covariance_noise(self.first.size, second_sd, first_sd, mean_norm)
+        return second_sd, first_sd, float(np.linalg.norm(self.first / (n * unit)))
+
+    def noise_norm(self, noisy_rows: int) -> float:
+        """The largest eigenvalue the covariance's noise reaches with probability about 0.99."""
+        return spectrum.covariance_noise(self.first.size, *self.noise(noisy_rows))
 
     def mean(self, noisy_rows: int) -> np.ndarray:
         """The private mean in [0,1]^d coordinates (clipped into the cube)."""

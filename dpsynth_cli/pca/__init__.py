@@ -162,7 +162,7 @@ def _laplace_cov(X, k, eps, ledger, source):
     noisy = moments.release(X, eps_first, rest - eps_first, source.spawn("moments"), ledger)
     cov = noisy.covariance(n_hat)
     comps, vals = methods.top_k(cov, k)
-    total = float(np.trace(cov))
+    total = (float(np.trace(cov)), spectrum.trace_noise(X.shape[1], *noisy.noise(n_hat)))
     signal = spectrum.check(vals, noisy.noise_norm(n_hat), COVARIANCE_VALUES)
     res = methods.MethodResult(comps, vals, {"noisy_rows": n_hat})
     return res, noisy.mean(n_hat), total, signal
@@ -212,7 +212,8 @@ def _gaussian(X, k, method, eps, delta, ledger, source):
         res = methods.dp_gauss_1(st, k, rho_main, rel, source.spawn("method"))
         cov = res.info.pop("noisy_sum") / n_hat - np.outer(m1, m1)
         res.components, res.eigenvalues = methods.top_k(cov, k)
-        total = float(np.trace(cov))
+        sds = (res.steps[0]["sigma"] / n_hat, s1.sigma / n_hat, float(np.linalg.norm(m1)))
+        total = (float(np.trace(cov)), spectrum.trace_noise(X.shape[1], *sds))
     else:
         box = np.maximum(centre, 1 - centre)
         st = Stream.of(X - centre, float((box**2).sum()), box=box)
