@@ -64,6 +64,7 @@ bench-accuracy: $(BENCH_VENV)/.installed
 bench-dim: $(BENCH_VENV)/.installed
 	$(BENCH_VENV)/bin/python -m benchmarks.accuracy.wide --write-docs
 	$(BENCH_VENV)/bin/python -m benchmarks.dim_study spectrum
+	$(BENCH_VENV)/bin/python -m benchmarks.small_wide   # small wide tables (docs: "Small wide tables")
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) sample_data/out
