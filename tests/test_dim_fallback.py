@@ -222,3 +222,15 @@ def test_the_skip_reads_public_quantities_only():
     assert lowdim.centre_noise(11, eps, 434, "replace") == pytest.approx(2 * sd)
     assert lowdim.skip_reason(11, eps, 434, "add-remove") is not None
     assert lowdim.skip_reason(6, eps, 2850, "add-remove") is None
+
+
+def test_no_spectrum_notice_without_a_projection():
+    """When auto keeps every column (d' = d) there is no subspace to call random."""
+    desc = {
+        "dim": 3,
+        "noise_norm": 1.0,
+        "centre_noise_sd": 0.01,
+        "signal": {"released_values": [0.1, 0.1, 0.1]},
+    }
+    assert lowdim.notices(desc, "2")[0].startswith("--dim 2 (the private subspace): none of")
+    assert lowdim.notices({**desc, "projection": "none (d' = d)"}, "auto") == []

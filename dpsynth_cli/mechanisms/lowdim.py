@@ -296,7 +296,7 @@ def notices(description: dict[str, Any], dim_text: str) -> list[str]:
             f"--dim {dim_text}: synthesised all columns as with --dim full, on the whole budget: "
             + description["dim_fallback"]["reason"]
         ]
-    if "signal" not in description:
+    if "signal" not in description or description.get("projection") == "none (d' = d)":
         return []
     found = []
     sd = description["centre_noise_sd"]
