@@ -85,6 +85,7 @@ bench-real-quick: $(BENCH_VENV)/.installed $(DPMM_VENV)/.installed
 bench-dim: $(BENCH_VENV)/.installed
 	$(BENCH_VENV)/bin/python -m benchmarks.accuracy.wide --write-docs
 	$(BENCH_VENV)/bin/python -m benchmarks.dim_study spectrum
+	$(BENCH_VENV)/bin/python -m benchmarks.small_wide   # small wide tables (docs: "Small wide tables")
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) $(DPMM_VENV) sample_data/out

@@ -224,6 +224,7 @@ def synth(
             signal=result.signal,
             output_rows=result.output_rows,
             output={"path": output, "format": out_fmt},
+            dim=result.dim,
         )
         # Parquet carries the mark of a seeded run in the file itself (CSV cannot)
         mark = {"dpsynth.release": report.NOT_FOR_RELEASE} if seed is not None else None
@@ -371,6 +372,12 @@ def _dim_plan(dim: str) -> dict[str, Any]:
             },
             "dim_rule": lowdim.DIM_RULE if dim.strip().lower() == "auto" else "fixed by --dim",
             "inner_mechanism": "--mechanism, on the coordinates in the private subspace",
+            "fallback": lowdim.FALLBACK_RULE
+            if dim.strip().lower() == "auto"
+            else "none (--dim N runs as asked; a non-numeric column is a usage error)",
+            "signal_check": "the chosen directions' noisy eigenvalues against the noise's "
+            "spectral norm (dpsynth_cli/spectrum.py): report `dim.signal`, a notice when they "
+            "cannot be told from noise",
         },
     }
 

@@ -129,6 +129,8 @@ def pca(
             X, k=k, method=method, epsilon=eps, delta=delta, relation=neighboring, source=source
         )
     del X
+    for notice in result.notices:
+        feedback.notice(notice)
     in_columns = components_in_columns(result.components, domain)
     public = {
         "schema": REPORT_SCHEMA,
@@ -179,9 +181,7 @@ def _components_table(result: Any, in_columns: np.ndarray, specs: list[ColumnSpe
     data: dict[str, Any] = {
         "component": pa.array(np.arange(1, k + 1), pa.int64()),
         "eigenvalue_unit_cube": pa.array(result.eigenvalues, pa.float64(), from_pandas=True),
-        "explained_variance": pa.array(
-            [None] * k if ev is None else np.asarray(ev, dtype=np.float64), pa.float64()
-        ),
+        "explained_variance": pa.array([None] * k if ev is None else ev, pa.float64()),
     }
     for j, s in enumerate(specs):
         data[s.name] = pa.array(in_columns[:, j], pa.float64())

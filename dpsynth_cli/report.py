@@ -70,8 +70,11 @@ def build_report(
     signal: dict[str, Any],
     output_rows: int,
     output: dict[str, Any],
+    dim: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Assemble the public report (versioned by SCHEMA)."""
+    """Assemble the public report (versioned by SCHEMA); `dim` is `--dim`'s block (auto or N:
+    what ran, a fallback and its reason, the private spectrum's signal check)."""
+    extra = {} if dim is None else {"dim": dim}
     return {
         "schema": SCHEMA,
         "tool": {"name": "dpsynth", "version": __version__},
@@ -83,6 +86,7 @@ def build_report(
         "domain": {c.name: c.to_json() for c in domain.columns},
         "domain_source": {**columns.to_json(), "note": DOMAIN_NOTE},
         "mechanism": run.description,
+        **extra,
         "ledger": ledger.to_json(),
         "output": {
             **output,

@@ -112,8 +112,8 @@ def plan_budget(options: SynthOptions, specs: list[ColumnSpec]) -> BudgetPlan:
         raise UsageError(f"--mechanism must be one of {', '.join(MECHANISMS)}")
     if options.rows is not None and options.rows < 0:
         raise UsageError("--rows must be a non-negative integer")
-    if specs:
-        lowdim.parse_dim(options.dim, len(specs))  # a bad --dim is refused before data is read
+    if specs:  # a bad --dim is refused before data is read
+        lowdim.check_mixed(lowdim.parse_dim(options.dim, len(specs)), specs)
     undeclared = [s.name for s in specs if not s.has_bounds]
     bounds: dict[str, Fraction] = {}
     if undeclared:
@@ -160,6 +160,7 @@ class SynthResult:
     signal: dict[str, Any]
     diagnostics: dict[str, Any] | None = None
     notices: list[str] = field(default_factory=list)
+    dim: dict[str, Any] | None = None  # the report's `dim` block (--dim auto or N)
 
     @property
     def output_rows(self) -> int:
@@ -263,8 +264,12 @@ def synthesize(
     raw = rows if rows is not None else value_rows(data, specs)
     undeclared = tuple(j for j, s in enumerate(specs) if not s.has_bounds)
     dim = lowdim.parse_dim(options.dim, len(specs))
+    fallback = None
+    others = lowdim.non_numeric(specs)
+    if dim is None and others:  # decided from the declarations, before any pass
+        dim, fallback = 0, lowdim.fallback_block(lowdim.mixed_reason(others), lowdim.BEFORE)
     # The statistics of the mechanisms that may run on these rows ride on the first pass.
-    ahead = () if dim or undeclared else FIRST_PASS.get(options.mechanism, ())
+    ahead = FIRST_PASS.get(options.mechanism, ()) if dim == 0 and not undeclared else ()
     if len(specs) > pairs.MAX_COLUMNS:
         ahead = tuple(m for m in ahead if m != "marginals")
     declared = Domain(tuple(specs)) if ahead else None
@@ -291,8 +296,13 @@ def synthesize(
         "rng": source.spawn("post-processing").numpy_generator(),
         "rows": options.rows,
     }
+    reason = lowdim.skip_reason(len(specs), budget.mechanism, n_hat, options.relation)
+    if dim is None and reason is not None:  # from public d, eps and the noisy count
+        dim, fallback = 0, lowdim.fallback_block(reason, lowdim.BEFORE)
     if dim == 0:  # --dim full: the mechanism on all columns
         run = MECHANISMS[options.mechanism](X, source=source.spawn(options.mechanism), **call)
+        if fallback is not None:
+            run = replace(run, description={**run.description, "dim_fallback": fallback})
     else:
         inner = MECHANISMS[options.mechanism]
         run = lowdim.run(X, source=source.spawn("lowdim"), dim=dim, inner=inner, **call)
@@ -301,8 +311,11 @@ def synthesize(
     sample = next(run.output.batches(SIGNAL_ROWS))  # all points when they fit
     sample = np.where(np.isnan(sample), 1.0, sample)  # a missing value where `to_unit` puts it
     signal, signal_notices = signal_block(sample, [s.name for s in specs], run.w1_bound)
-    notices += weak_guarantee_notice(options.epsilon) + signal_notices
+    dim_notices = lowdim.notices(run.description, options.dim.strip().lower())
+    notices += weak_guarantee_notice(options.epsilon) + dim_notices + signal_notices
     result = SynthResult(domain, budget, ledger, run, n_hat, signal, notices=notices)
+    if options.dim.strip().lower() != "full":
+        result.dim = lowdim.report_block(options.dim.strip().lower(), run.description, len(specs))
     if options.diagnostics:
         result.diagnostics = _diagnostics(raw.map(domain.to_unit, len(specs)), sample, first.n)
     return result

@@ -377,7 +377,9 @@ def data_derived_centre(mp: pytest.MonkeyPatch) -> None:
     def leaky(X, *args, **kwargs):
         out = real(X, *args, **kwargs)
         mean = as_rows(X).collect(Mean)
-        return TrueCentre(out.first, out.second, out.second_scale, true_mean=mean.total / mean.n)
+        return TrueCentre(
+            out.first, out.second, out.second_scale, out.first_scale, true_mean=mean.total / mean.n
+        )
 
     mp.setattr(moments, "release", leaky)
 

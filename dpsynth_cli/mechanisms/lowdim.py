@@ -17,6 +17,14 @@ Steps (each release is a ledger entry; everything after the releases is post-pro
 5. Back to R^d: y = m + V a, then the metric projection onto [0,1]^d (coordinate clipping is the
    L-infinity projection, Algorithm 5's last step).
 
+When `--dim auto` does not project (`skip_reason`, decided before any moment is released, from
+public quantities only): the table has non-numeric columns, or the private centre the moments
+would release is too noisy (CENTRE_NOISE_LIMIT). The full-dimensional mechanism then runs on the
+whole epsilon, exactly as `--dim full`. After the moments, the shared rule of `spectrum` says
+whether the chosen directions can be told from noise (report and stderr); it does not undo the
+projection, which measured better than `--dim full` on such runs (docs/benchmarks.md, "Small wide
+tables").
+
 Neighbouring relation: that of the run (add/remove by default); the moments' sensitivities are
 in `moments`, the inner mechanism's in its module.
 """
@@ -24,12 +32,14 @@ in `moments`, the inner mechanism's in its module.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from fractions import Fraction
 from functools import partial
 from typing import Any
 
 import numpy as np
 
+from dpsynth_cli import spectrum
 from dpsynth_cli.engine.rows import Rows, as_rows
 from dpsynth_cli.errors import UsageError
 from dpsynth_cli.mechanisms import moments
@@ -43,6 +53,22 @@ from dpsynth_cli.privacy.noise import RandomSource
 # mattered; 3/5 leaves 7/20 for the synthesiser inside the subspace.
 SECOND_MOMENT_SHARE = Fraction(3, 5)  # of the mechanism epsilon: the covariance (basis, d')
 FIRST_MOMENT_SHARE = Fraction(1, 20)  # the centre
+# `--dim auto` skips the moments when each coordinate of the private centre they would release has
+# a standard deviation above this (unit cube; `centre_noise`). Every synthetic row is centre + a
+# point of the subspace, so the centre's error off the subspace lands in every row. Measured
+# (docs/benchmarks.md, "Small wide tables": 78 cells, d = 10-31, n = 442-20,000, eps 0.5-2):
+# the 40 cells at <= 0.1 had 0.25-1.06x the W1 of `--dim full` (below 1 in 39); the 38 above,
+# 0.63-1.73x (above 1 in 31: diabetes, breast cancer, independent columns from 0.15). The limit
+# gives up the wins at 0.11 (0.63x) to stay clear of the losses from 0.15 on.
+CENTRE_NOISE_LIMIT = 0.1
+FALLBACK_RULE = (
+    "all columns as --dim full, on the whole mechanism epsilon (no moments released), when the "
+    "table has a non-numeric column (boolean, category, date, datetime, nullable) or when each "
+    "coordinate of the private centre would have noise sd above "
+    f"{CENTRE_NOISE_LIMIT:g} of its range: sqrt(2) (d/2) / (eps_first noisy_rows) under "
+    "add/remove (public: d, eps, the noisy count)"
+)
+NUMERIC_KINDS = ("float", "integer")
 DIM_RULE = (
     "d' = argmin over 1 <= k <= d of sqrt(max(0, sum_{i>k} noisy eigenvalue_i)) "
     "+ (eps_inner * noisy_rows / sensitivity)^(-1/k) (dissertation §4.5 with the synthesis term "
@@ -69,6 +95,44 @@ def parse_dim(text: str, d: int) -> int | None:
     return k
 
 
+def non_numeric(specs: Sequence[Any]) -> list[str]:
+    """Columns the subspace cannot hold: levels, dates, date-times, nullable columns (a
+    projection mixes every coordinate, so levels and missing flags would not survive it)."""
+    return [s.name for s in specs if s.kind not in NUMERIC_KINDS or s.nullable]
+
+
+def check_mixed(dim: int | None, specs: Sequence[Any]) -> None:
+    """`--dim N` on a table with non-numeric columns is a usage error (before any data is read);
+    `--dim auto` falls back instead (`synth`)."""
+    others = non_numeric(specs)
+    if dim and others:
+        raise UsageError(
+            f"--dim {dim}: {mixed_reason(others)}: use --dim full (or --dim auto, which falls "
+            "back to it), or --columns to choose the numeric columns"
+        )
+
+
+def centre_noise(d: int, epsilon: Fraction, noisy_rows: int, relation: str) -> float:
+    """Standard deviation of each coordinate of the private centre (unit cube) the moments would
+    release at this epsilon: discrete Laplace of scale first_sensitivity / eps_first grid units
+    (sd <= sqrt(2) scale) over the noisy count. Public: d, eps, the relation and a released n."""
+    eps_first, _, _ = split(epsilon)
+    scale = Fraction(moments.first_sensitivity(d, relation)) / eps_first
+    return math.sqrt(2.0) * float(scale) / (max(noisy_rows, 1) * float(1 << moments.STAT_BITS))
+
+
+def skip_reason(d: int, epsilon: Fraction, noisy_rows: int, relation: str) -> str | None:
+    """Why `--dim auto` should not project at all, from public quantities only; None if it may."""
+    sd = centre_noise(d, epsilon, noisy_rows, relation)
+    if sd <= CENTRE_NOISE_LIMIT:
+        return None
+    return (
+        f"the private centre would be too noisy (each coordinate's noise sd {sd:.2g} of its range, "
+        f"above {CENTRE_NOISE_LIMIT:g}) with {d} columns at this epsilon and about {noisy_rows} "
+        "rows; every synthetic row would carry its error"
+    )
+
+
 def split(epsilon: Fraction) -> tuple[Fraction, Fraction, Fraction]:
     """(first moments, second moments, inner synthesiser) epsilons; they sum to at most epsilon."""
     second = round_down(epsilon * SECOND_MOMENT_SHARE)
@@ -76,7 +140,7 @@ def split(epsilon: Fraction) -> tuple[Fraction, Fraction, Fraction]:
     return first, second, epsilon - first - second
 
 
-def choose_dim(spectrum: np.ndarray, eps_inner: Fraction, noisy_rows: int, relation: str) -> int:
+def choose_dim(values: np.ndarray, eps_inner: Fraction, noisy_rows: int, relation: str) -> int:
     """§4.5's rule on the noisy spectrum (descending), public and released inputs only; k = d is
     no projection. Two changes, both measured (docs/benchmarks.md, "Wide tables"):
 
@@ -90,9 +154,9 @@ def choose_dim(spectrum: np.ndarray, eps_inner: Fraction, noisy_rows: int, relat
       unit vector. With the factor, auto kept all 10 columns of a table of independent columns
       (1.3-1.4x full-dimensional `auto`, 5-10x the best fixed d' = 6); without it, it chose 6.
     """
-    d = spectrum.size
+    d = values.size
     signal = max(float(eps_inner) * max(noisy_rows, 1) / histogram_sensitivity(relation), 1.0)
-    tails = np.concatenate([np.cumsum(spectrum[::-1])[::-1][1:], [0.0]])  # sum_{i>k}, k=1..d
+    tails = np.concatenate([np.cumsum(values[::-1])[::-1][1:], [0.0]])  # sum_{i>k}, k=1..d
     k = np.arange(1, d + 1)
     projection = np.sqrt(np.maximum(tails, 0.0))
     projection[-1] = 0.0
@@ -107,14 +171,14 @@ def subspace_box(basis: np.ndarray, centre: np.ndarray) -> tuple[np.ndarray, np.
 
 
 def theorem_terms(
-    spectrum: np.ndarray, k: int, eps_inner: Fraction, noisy_rows: int
+    values: np.ndarray, k: int, eps_inner: Fraction, noisy_rows: int
 ) -> dict[str, float]:
     """The three terms of Theorem 4.1 / (4.29) at the parameters used, up to absolute constants
     (the noisy spectrum and count stand in for the true ones)."""
-    d = spectrum.size
+    d = values.size
     en = max(float(eps_inner) * max(noisy_rows, 1), 1.0)
     return {
-        "projection": math.sqrt(max(float(spectrum[k:].sum()), 0.0)),
+        "projection": math.sqrt(max(float(values[k:].sum()), 0.0)),
         "private_pca": math.sqrt(k * d**2.5 / en),
         "synthesis": math.sqrt(d / k) * en ** (-1.0 / k),
     }
@@ -133,33 +197,38 @@ def run(
     dim: int | None,
     inner: Mechanism,
 ) -> MechanismRun:
-    """Algorithm 5 with `inner` as the in-subspace synthesiser; `dim` None chooses d'."""
+    """Algorithm 5 with `inner` as the in-subspace synthesiser; `dim` None chooses d' (`synth`
+    asks `skip_reason` first)."""
     X = as_rows(X)
     d = X.d
+    call = {"noisy_rows": noisy_rows, "relation": relation, "ledger": ledger, "rng": rng}
     eps_first, eps_second, eps_inner = split(epsilon)
     released = moments.release(X, eps_first, eps_second, source.spawn("moments"), ledger)
     centre = released.mean(noisy_rows)
     values, vectors = np.linalg.eigh(released.covariance(noisy_rows))
-    spectrum, vectors = values[::-1], vectors[:, ::-1]
+    spec, vectors = values[::-1], vectors[:, ::-1]
     noise_norm = released.noise_norm(noisy_rows)
-    k = dim or choose_dim(spectrum, eps_inner, noisy_rows, relation)
+    k = dim or choose_dim(spec, eps_inner, noisy_rows, relation)
+    signal = spectrum.check(spec[:k], noise_norm, SPECTRUM_VALUES)
     description: dict[str, Any] = {
         "name": "lowdim",
         "algorithm": "dissertation Algorithm 5 (ch. 4) with exact noisy moments",
         "dim": k,
         "dim_chosen_by": "--dim" if dim is not None else DIM_RULE,
-        "noisy_spectrum": spectrum.tolist(),
+        "noisy_spectrum": spec.tolist(),
         "noise_norm": noise_norm,
+        "signal": signal.to_json(),
         "epsilon_split": {
             "first_moments": float(eps_first),
             "second_moments": float(eps_second),
             "inner": float(eps_inner),
         },
         "centre_unit_cube": centre.tolist(),
-        "theorem_4_1_terms": theorem_terms(spectrum, k, eps_inner, noisy_rows),
+        "centre_noise_sd": centre_noise(d, epsilon, noisy_rows, relation),
+        "centre_noise_limit": CENTRE_NOISE_LIMIT,
+        "theorem_4_1_terms": theorem_terms(spec, k, eps_inner, noisy_rows),
         "theorem_4_1_note": "E W1 <~ sum of these terms, up to absolute constants",
     }
-    call = {"noisy_rows": noisy_rows, "relation": relation, "ledger": ledger, "rng": rng}
     if k == d and dim is None:  # no projection is best: the full-dimensional synthesiser
         full = inner(X, epsilon=eps_inner, source=source.spawn("inner"), rows=rows, **call)
         description["projection"] = "none (d' = d)"
@@ -175,6 +244,79 @@ def run(
     description["subspace_box"] = {"lower": lo.tolist(), "upper": hi.tolist()}
     description["inner"] = sub.description
     return MechanismRun(output, description, sub.guarantee)
+
+
+SPECTRUM_VALUES = "the chosen directions' eigenvalues in the noisy covariance (unit cube)"
+
+
+BEFORE = (
+    "before the moments, from declarations and public quantities (d, eps, the noisy count): "
+    "no budget spent on them"
+)
+
+
+def mixed_reason(others: Sequence[str]) -> str:
+    listed = ", ".join(f"'{n}'" for n in others[:3]) + (", ..." if len(others) > 3 else "")
+    return (
+        f"the private subspace is for numeric (float, integer) columns, and {listed} "
+        f"{'is' if len(others) == 1 else 'are'} not"
+    )
+
+
+def fallback_block(reason: str, decided: str) -> dict[str, str]:
+    """The report's record of `--dim auto` running without a projection (`synth`)."""
+    return {"to": "all columns, as --dim full", "reason": reason, "decided": decided}
+
+
+def report_block(dim_text: str, description: dict[str, Any], d: int) -> dict[str, Any]:
+    """The synth report's `dim` block: what was asked, what ran, and why (public)."""
+    if "dim_fallback" in description:
+        return {
+            "requested": dim_text,
+            "used": d,
+            "projection": False,
+            "fallback": description["dim_fallback"],
+        }
+    block: dict[str, Any] = {
+        "requested": dim_text,
+        "used": description.get("dim", d),
+        "projection": description.get("projection") != "none (d' = d)",
+        "fallback": None,
+    }
+    for key in ("centre_noise_sd", "centre_noise_limit", "signal"):
+        if key in description:
+            block[key] = description[key]
+    return block
+
+
+def notices(description: dict[str, Any], dim_text: str) -> list[str]:
+    """What the user should read on stderr about `--dim` (from the run's public description)."""
+    if "dim_fallback" in description:
+        return [
+            f"--dim {dim_text}: synthesised all columns as with --dim full, on the whole budget: "
+            + description["dim_fallback"]["reason"]
+        ]
+    if "signal" not in description or description.get("projection") == "none (d' = d)":
+        return []
+    found = []
+    sd = description["centre_noise_sd"]
+    if sd > CENTRE_NOISE_LIMIT:  # only --dim N gets here: auto falls back
+        found.append(
+            f"--dim {dim_text}: each coordinate of the private centre has noise sd {sd:.2g} of "
+            f"its range (above {CENTRE_NOISE_LIMIT:g}), and every synthetic row carries that "
+            "error; --dim auto would synthesise all columns instead"
+        )
+    signal = spectrum.check(
+        description["signal"]["released_values"], description["noise_norm"], SPECTRUM_VALUES
+    )
+    text = spectrum.summary(
+        signal,
+        f"--dim {dim_text} (the private subspace)",
+        ["more rows", "fewer columns (--columns)", "a larger --eps"],
+    )
+    if text is not None:
+        found.append(text + ". The synthetic rows lie around the private centre along them")
+    return found
 
 
 def _to_subspace(

@@ -39,6 +39,7 @@ from functools import partial
 
 import numpy as np
 
+from dpsynth_cli import spectrum
 from dpsynth_cli.engine.rows import Rows, as_rows
 from dpsynth_cli.privacy import noise
 from dpsynth_cli.privacy.ledger import Ledger, Spend
@@ -105,13 +106,21 @@ class NoisyMoments:
     first: np.ndarray  # noisy S1, int64 (d,)
     second: np.ndarray  # noisy S2, int64 (d, d) symmetric (upper triangle noised, mirrored)
     second_scale: Fraction  # the discrete Laplace scale of S2's entries (grid units squared)
+    first_scale: Fraction  # the discrete Laplace scale of S1's entries (grid units)
+
+    def noise(self, noisy_rows: int) -> tuple[float, float, float]:
+        """(sd of the covariance's S2 term, sd of the mean's entries, the noisy mean's norm): a
+        discrete Laplace draw of scale b has sd at most sqrt(2) b (its variance 1 / (2
+        sinh^2(1 / 2b)) <= 2 b^2). Public scales over the noisy count, and a released value."""
+        n = max(noisy_rows, 1)
+        unit = float(1 << STAT_BITS)
+        second_sd = math.sqrt(2.0) * float(self.second_scale) / (n * unit * unit)
+        first_sd = math.sqrt(2.0) * float(self.first_scale) / (n * unit)
+        return second_sd, first_sd, float(np.linalg.norm(self.first / (n * unit)))
 
     def noise_norm(self, noisy_rows: int) -> float:
-        """Typical spectral norm of the covariance's noise matrix (public): a symmetric matrix of
-        independent entries of standard deviation tau has norm about 2 tau sqrt(d) (Wigner)."""
-        n = max(noisy_rows, 1)
-        tau = math.sqrt(2.0) * float(self.second_scale) / (n * float(1 << (2 * STAT_BITS)))
-        return 2.0 * tau * math.sqrt(self.first.size)
+        """The largest eigenvalue the covariance's noise reaches with probability about 0.99."""
+        return spectrum.covariance_noise(self.first.size, *self.noise(noisy_rows))
 
     def mean(self, noisy_rows: int) -> np.ndarray:
         """The private mean in [0,1]^d coordinates (clipped into the cube)."""
@@ -172,4 +181,4 @@ def release(
             released={"note": "d(d+1)/2 noisy sums; the report gives the spectrum and basis"},
         )
     )
-    return NoisyMoments(first, second, scale2)
+    return NoisyMoments(first, second, scale2, scale1)

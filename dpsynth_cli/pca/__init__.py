@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from dpsynth_cli import spectrum
 from dpsynth_cli.errors import UsageError
 from dpsynth_cli.mechanisms import moments
 from dpsynth_cli.mechanisms.count import noisy_count
@@ -41,20 +42,24 @@ FIRST_SHARE = 0.30  # laplace-cov: S1's share after the count (as synth --dim)
 class PcaResult:
     components: np.ndarray  # (k, d) unit-cube coordinates, orthonormal rows
     eigenvalues: np.ndarray  # (k,) private covariance eigenvalue estimates (unit cube)
-    explained_variance: np.ndarray | None  # (k,) ratio to the private total variance, if known
+    explained_variance: list[float | None] | None  # (k,) in [0, 1] (spectrum.explained_ratios)
     centre: np.ndarray  # (d,) private mean (unit cube), or the cube's centre if none released
     ledger: Ledger
+    signal: spectrum.SpectrumSignal
+    explained_note: str = ""
     description: dict[str, Any] = field(default_factory=dict)
+    notices: list[str] = field(default_factory=list)  # for stderr, from released values only
 
     def to_json(self) -> dict[str, Any]:
-        ev = None if self.explained_variance is None else self.explained_variance.tolist()
         return {
             **self.description,
             "components_unit_cube": self.components.tolist(),
             "eigenvalues_unit_cube": [
                 None if np.isnan(v) else v for v in self.eigenvalues.tolist()
             ],
-            "explained_variance_ratio": ev,
+            "explained_variance_ratio": self.explained_variance,
+            "explained_variance_note": self.explained_note,
+            "signal": self.signal.to_json(),
             "centre_unit_cube": self.centre.tolist(),
             "privacy": self.ledger.to_json(),
         }
@@ -108,10 +113,10 @@ def run_pca(
     eps = round_down(epsilon)
     ledger = Ledger(eps, relation, delta if method != "laplace-cov" else 0.0)
     if method == "laplace-cov":
-        res, centre, total_var = _laplace_cov(X, k, eps, ledger, source)
+        res, centre, total_var, signal = _laplace_cov(X, k, eps, ledger, source)
     else:
-        res, centre, total_var = _gaussian(X, k, method, float(eps), delta, ledger, source)
-    ev = None if total_var is None or total_var <= 0 else res.eigenvalues / total_var
+        res, centre, total_var, signal = _gaussian(X, k, method, float(eps), delta, ledger, source)
+    ev, note = spectrum.explained_ratios(signal, total_var)
     description = {
         "method": method,
         "selected_by": why,
@@ -121,7 +126,31 @@ def run_pca(
         "method_info": {a: b for a, b in res.info.items() if np.ndim(b) == 0},
         "note": "components are private outputs; no per-row projection is released",
     }
-    return PcaResult(res.components, res.eigenvalues, ev, centre, ledger, description)
+    notice = spectrum.summary(signal, "pca", signal_help(method, delta))
+    return PcaResult(
+        res.components,
+        res.eigenvalues,
+        ev,
+        centre,
+        ledger,
+        signal,
+        note,
+        description,
+        [notice] if notice else [],
+    )
+
+
+def signal_help(method: str, delta: float) -> list[str]:
+    """What would lift the components above the noise, in plain words."""
+    ways = []
+    if delta == 0:
+        ways.append(
+            "(eps, delta)-DP with --delta (e.g. --delta 1e-6), which uses dp-gauss-1: its noise "
+            "grows like d^1.5 against laplace-cov's d^2.5"
+        )
+    elif method != "dp-gauss-1":
+        ways.append("--method dp-gauss-1 (the most accurate method measured)")
+    return ways + ["more rows", "fewer columns (--columns)", "a larger --eps"]
 
 
 def _laplace_cov(X, k, eps, ledger, source):
@@ -133,8 +162,10 @@ def _laplace_cov(X, k, eps, ledger, source):
     noisy = moments.release(X, eps_first, rest - eps_first, source.spawn("moments"), ledger)
     cov = noisy.covariance(n_hat)
     comps, vals = methods.top_k(cov, k)
-    total = float(np.trace(cov))
-    return methods.MethodResult(comps, vals, {"noisy_rows": n_hat}), noisy.mean(n_hat), total
+    total = (float(np.trace(cov)), spectrum.trace_noise(X.shape[1], *noisy.noise(n_hat)))
+    signal = spectrum.check(vals, noisy.noise_norm(n_hat), COVARIANCE_VALUES)
+    res = methods.MethodResult(comps, vals, {"noisy_rows": n_hat})
+    return res, noisy.mean(n_hat), total, signal
 
 
 def _record(ledger, step, mech, rho, desc, sens):
@@ -181,7 +212,8 @@ def _gaussian(X, k, method, eps, delta, ledger, source):
         res = methods.dp_gauss_1(st, k, rho_main, rel, source.spawn("method"))
         cov = res.info.pop("noisy_sum") / n_hat - np.outer(m1, m1)
         res.components, res.eigenvalues = methods.top_k(cov, k)
-        total = float(np.trace(cov))
+        sds = (res.steps[0]["sigma"] / n_hat, s1.sigma / n_hat, float(np.linalg.norm(m1)))
+        total = (float(np.trace(cov)), spectrum.trace_noise(X.shape[1], *sds))
     else:
         box = np.maximum(centre, 1 - centre)
         st = Stream.of(X - centre, float((box**2).sum()), box=box)
@@ -203,7 +235,34 @@ def _gaussian(X, k, method, eps, delta, ledger, source):
     summary = {"steps": len(gaussian), "first": gaussian[0] if gaussian else {}}
     mech = f"{method} (slots compose in parallel)" if method.startswith("k-") else method
     ledger.record(Spend(method, mech, 0, sens, summary, delta=delta_p, rho=rho_main))
-    return res, centre, total
+    mean_noise = (s1.sigma / n_hat, float(np.linalg.norm(m1)))
+    return res, centre, total, _gaussian_signal(method, res, X.shape[1], n_hat, mean_noise)
+
+
+COVARIANCE_VALUES = "eigenvalues of the noisy covariance (unit cube)"
+
+
+def _gaussian_signal(method, res, d, n_hat, mean_noise) -> spectrum.SpectrumSignal:
+    """The released values each Gaussian method's directions rest on, against the norm their
+    noise reaches (`spectrum`; sigmas from the ledgered steps, all public)."""
+    sigma = res.steps[-1].get("sigma", 0.0) if res.steps else 0.0  # the last step's noise
+    if method == "dp-gauss-1":
+        noise = spectrum.covariance_noise(d, sigma / n_hat, *mean_noise)
+        return spectrum.check(res.eigenvalues, noise, COVARIANCE_VALUES)
+    if method == "dp-gauss-2":
+        if not res.info["ptr_passed"]:
+            why = "the noisy eigengap failed its PTR test: the method released a random subspace"
+            return spectrum.check(np.full(res.components.shape[0], np.nan), np.nan, "", why)
+        what = "eigenvalues of the noisy projector (1 for a direction the noise leaves intact)"
+        return spectrum.check(
+            res.info["projector_eigenvalues"], spectrum.matrix_norm(sigma, d), what
+        )
+    if method == "dp-power":
+        what = "Rayleigh quotients of the last noisy power iteration (covariance units)"
+        return spectrum.check(res.eigenvalues, spectrum.vector_norm(sigma, d) / n_hat, what)
+    what = "norm of each round's last noisy mean gradient (covariance units)"
+    noise = [spectrum.vector_norm(sd, d) for sd in res.info["noise_sd"]]
+    return spectrum.check(res.eigenvalues, noise, what)
 
 
 def components_in_columns(components: np.ndarray, domain) -> np.ndarray:

@@ -215,7 +215,7 @@ def dp_gauss_2(
     rel = gauss.noisy_statistic(proj[iu], projector_sensitivity(shift, floor), rho, src.spawn("p"))
     M = np.zeros((d, d))
     M[iu] = rel.value
-    comps, _ = top_k(M + np.triu(M, 1).T, k)
+    comps, info["projector_eigenvalues"] = top_k(M + np.triu(M, 1).T, k)
     steps.append({"step": "dp-gauss-2:projector", **rel.describe(), "rho": rho, "delta": delta_p})
     return MethodResult(comps, np.full(k, np.nan), info, steps)
 
@@ -285,7 +285,7 @@ def _deflate(stream, k, steps_per_round, n_hat, step_fn, src, halves=1) -> Metho
     members = slot_members(slot_labels(src.spawn("slots"), stream.n, slots), slots)
     batch = max(n_hat, 1) / slots  # public expected slot size (noisy count / slots)
     P = Projector(d)
-    comps, vals, records = [], [], []
+    comps, vals, noise_sd, records = [], [], [], []
     for i in range(k):
         w = _random_unit(src.spawn(f"start{i}"), P, d)
         state: dict = {"round": i, "lam": None, "centre": None}
@@ -298,12 +298,12 @@ def _deflate(stream, k, steps_per_round, n_hat, step_fn, src, halves=1) -> Metho
             w = w_new / max(np.linalg.norm(w_new), 1e-300)
         comps.append(w)
         vals.append(state["lam"] or 0.0)
+        noise_sd.append(state["noise"])
         P.remove(w)
     U = np.array(comps)
     U, _ = np.linalg.qr(U.T)  # tidy numerical drift (post-processing)
-    return MethodResult(
-        U.T * np.sign(np.sum(U.T * np.array(comps), axis=1))[:, None], np.array(vals), {}, records
-    )
+    signs = np.sign(np.sum(U.T * np.array(comps), axis=1))[:, None]
+    return MethodResult(U.T * signs, np.array(vals), {"noise_sd": noise_sd}, records)
 
 
 def _rate(state: dict, g: np.ndarray, t: int, a: float, slope: float) -> None:
@@ -327,11 +327,12 @@ def k_dp_ojas(stream: Stream, k: int, rho: float, relation: str, n_hat: int, src
         g = g * np.minimum(1.0, bound / np.maximum(norms, 1e-300))[:, None]
         rel = gauss.noisy_sum(g, bound, rho, relation, s.spawn("sum"))
         mean = rel.value / batch
+        state["noise"] = rel.sigma / batch  # per coordinate of the released mean (public)
         _rate(state, mean, t, OJA_ETA0, OJA_ETA0)
         return mean, [{"step": "k-dp-ojas:batch", **rel.describe(), "rho": rho}]
 
     res = _deflate(stream, k, OJA_STEPS, n_hat, step, src)
-    res.info = {"steps_per_round": OJA_STEPS, "clip": bound}
+    res.info.update({"steps_per_round": OJA_STEPS, "clip": bound})
     return res
 
 
@@ -430,7 +431,7 @@ def k_dp_pca(stream: Stream, k: int, rho: float, relation: str, n_hat: int, src)
         return mean, [d1, d2]
 
     res = _deflate(stream, k, T, n_hat, step, src, halves=2)
-    res.info = {"batch": B, "steps_per_round": T}
+    res.info.update({"batch": B, "steps_per_round": T})
     return res
 
 
