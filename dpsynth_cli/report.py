@@ -70,9 +70,11 @@ def build_report(
     signal: dict[str, Any],
     output_rows: int,
     output: dict[str, Any],
+    constraints: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Assemble the public report (versioned by SCHEMA)."""
-    return {
+    """Assemble the public report (versioned by SCHEMA); `constraints`, the declared constraints
+    and how they were enforced, only when the schema declares some."""
+    report = {
         "schema": SCHEMA,
         "tool": {"name": "dpsynth", "version": __version__},
         "command": command,
@@ -92,6 +94,9 @@ def build_report(
         },
         "accuracy": accuracy_block(run, domain, noisy_rows, signal),
     }
+    if constraints is not None:
+        report["constraints"] = constraints
+    return report
 
 
 def dumps(report: dict[str, Any]) -> str:
