@@ -71,10 +71,6 @@ class Term:
     column: str
     floor: bool = False
 
-    def __str__(self) -> str:
-        name = self.column if self.column.isidentifier() else f"`{self.column}`"
-        return f"floor({name})" if self.floor else name
-
 
 @dataclass(frozen=True)
 class Constraint:
@@ -108,7 +104,8 @@ def _tokens(text: str, where: str) -> list[tuple[str, str]]:
     while at < len(text.rstrip()):
         match = _TOKEN.match(text, at)
         if match is None:
-            raise constraint_error(text, f"cannot read it at character {at + 1}", where)
+            at += len(text[at:]) - len(text[at:].lstrip())
+            raise constraint_error(text, f"cannot read '{text[at]}' (character {at + 1})", where)
         kind = match.lastgroup or ""
         out.append((kind, match.group(kind)))
         at = match.end()

@@ -21,9 +21,11 @@ Schema file (JSON), every key but "columns" optional:
 types are read by `coltypes` (docs/privacy.md, "Mixed tables"). Without a type a Parquet column's
 declared type decides, and a CSV column (whose text declares no type) is "float" unless
 `--integer` names it. A column listed
-without bounds gets a DP bounds estimate. The chosen columns are those of --columns, else the
-schema's, else those that --bounds and --integer name, else every column of a CSV header or
-every numeric column a Parquet file declares.
+without bounds gets a DP bounds estimate. An optional "constraints" list declares linear
+constraints between float, integer, date and datetime columns (`constraints`,
+`load_constraints`). The chosen columns are those of --columns, else the schema's, else those
+that --bounds and --integer name, else every column of a CSV header or every numeric column a
+Parquet file declares.
 """
 
 from __future__ import annotations

@@ -25,6 +25,11 @@ DOMAIN_NOTE = (
     "value are dropped unless the column is nullable; values outside the bounds are clamped."
 )
 
+CONSTRAINTS_NOTE = (
+    "the bound is the release's before the declared constraints: derived columns and the rows "
+    "replaced by rejection are not covered by it (docs/privacy.md, 'Declared constraints')"
+)
+
 
 def accuracy_block(
     run: MechanismRun, domain: Domain, noisy_rows: int, signal: dict[str, Any]
@@ -96,6 +101,8 @@ def build_report(
     }
     if constraints is not None:
         report["constraints"] = constraints
+        if constraints["declared"] and run.w1_bound is not None:
+            report["accuracy"]["constraints_note"] = CONSTRAINTS_NOTE
     return report
 
 

@@ -22,7 +22,7 @@ from functools import cached_property
 
 import numpy as np
 
-from dpsynth_cli.constraints import Constraint, describe, evaluate
+from dpsynth_cli.constraints import Constraint, evaluate
 from dpsynth_cli.domain import DISCRETE, ColumnSpec, Domain
 from dpsynth_cli.errors import DataError, UsageError
 from dpsynth_cli.mechanisms.base import Output, Place
@@ -69,10 +69,11 @@ class Rules:
         constraint as written (a derived value outside its bounds fails its row)."""
         values = self.values(unit)
         ok = np.ones(unit.shape[0], dtype=bool)
-        for c in self.constraints:
-            if c.derives:
-                ok &= self._derive(c, values, unit)
-        values = self.values(unit)  # as written: what the checks judge
+        derivations = [c for c in self.constraints if c.derives]
+        for c in derivations:
+            ok &= self._derive(c, values, unit)
+        if derivations:
+            values = self.values(unit)  # as written: what the checks judge
         for c in self.constraints:
             found = evaluate(c, values)
             applies = ~np.isnan(found)
@@ -108,10 +109,6 @@ class Rules:
         if spec.kind == "datetime":
             return np.round(found * SECONDS_PER_DAY) / SECONDS_PER_DAY
         return np.round(found, self.domain.decimals()[name])
-
-    def describe(self) -> dict[str, object]:
-        """How each constraint is enforced (for the report and --dry-run)."""
-        return describe(self.constraints)
 
 
 def _bounds(spec: ColumnSpec) -> tuple[float, float]:
