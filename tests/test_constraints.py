@@ -288,6 +288,20 @@ def test_derived_columns_are_computed_rounded_and_kept_in_bounds():
     assert (a + b > 12.5).sum() == 0  # such rows were replaced, not clipped
 
 
+def test_a_derived_datetime_is_whole_seconds_in_its_zone():
+    """`z == t + 0.25`: six hours after t's wall-clock time, read as a UTC instant, written in
+    z's zone (Europe/Paris) to the second."""
+    domain = Domain(TIMES[1:3])
+    rules = Rules(domain, (parse_constraint("z == t + 0.25", ""),))
+    unit = np.random.default_rng(2).random((2000, 2))
+    ok = rules.apply(unit)
+    table = domain.from_unit(unit[ok])
+    t = table.column("t").cast(pa.int64()).to_numpy()
+    z = table.column("z").cast(pa.int64()).to_numpy()
+    assert ok.mean() > 0.9 and np.array_equal(z, t + 6 * 3600)
+    assert str(table.schema.field("z").type) == "timestamp[s, tz=Europe/Paris]"
+
+
 @dataclass(frozen=True)
 class UniformPlace:
     """Points uniform on [0,1]^d, whatever the cells."""
