@@ -334,7 +334,7 @@ def _dry_run_plan(options: SynthOptions, declarations: Declared) -> dict[str, An
             "column a Parquet file declares; those without declared bounds get a DP bounds "
             "estimate from --bounds-eps (default 10% of --eps)"
         )
-    return {
+    plan = {
         "dry_run": True,
         "mechanism": options.mechanism,
         "neighbouring_relation": options.relation,
@@ -343,12 +343,10 @@ def _dry_run_plan(options: SynthOptions, declarations: Declared) -> dict[str, An
         "plan_rule": PLAN_RULES[options.mechanism],
         "noise": "discrete Laplace, exact rational scales",
         **_dim_plan(options.dim),
-        **(
-            {"constraints": describe(*choose(declarations.constraints, specs))}
-            if declarations.constraints
-            else {}
-        ),
     }
+    if declarations.constraints:  # how each will be enforced; those on unchosen columns left out
+        plan["constraints"] = describe(*choose(declarations.constraints, specs))
+    return plan
 
 
 def _dim_plan(dim: str) -> dict[str, Any]:

@@ -286,8 +286,9 @@ def synthesize(
     signal, signal_notices = signal_block(sample, [s.name for s in specs], run.w1_bound)
     notices += weak_guarantee_notice(options.epsilon) + signal_notices
     notices += [f'constraint "{c}" left out: {why}' for c, why in left_out.items()]
-    result = SynthResult(domain, budget, ledger, run, n_hat, signal, notices=notices)
-    result.constraints = block
+    result = SynthResult(
+        domain, budget, ledger, run, n_hat, signal, notices=notices, constraints=block
+    )
     if options.diagnostics:
         result.diagnostics = _diagnostics(raw.map(domain.to_unit, len(specs)), sample, first.n)
     return result
