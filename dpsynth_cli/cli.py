@@ -18,8 +18,10 @@ import typer
 from dpsynth_cli import __version__, io, online_cli, pca_cli, report
 from dpsynth_cli import options as opt
 from dpsynth_cli.console import Feedback
+from dpsynth_cli.constraints import choose, describe
 from dpsynth_cli.domain import (
     ColumnSpec,
+    Declared,
     declare_columns,
     load_schema,
     parse_bounds_flag,
@@ -180,7 +182,7 @@ def synth(
         out_fmt = io.detect_format(output, output_format)
     report_file = report_path or (None if output == "-" else output.rstrip("/") + ".report.json")
     if dry_run:
-        plan = _dry_run_plan(options, declared.names, declared.schema, declared.bounds)
+        plan = _dry_run_plan(options, declared)
         io.write_text_stdout(report.dumps(plan))
         return
     if seed is not None:
@@ -205,11 +207,13 @@ def synth(
         with feedback.step("synthesising"):
             if cluster is not None:
                 result = _synthesize_on_dask(
-                    cluster, read, input, in_fmt, choice.specs, options, source
+                    cluster, read, input, in_fmt, choice.specs, options, source, declared
                 )
             else:
                 data = feedback.passes(read.batches, read.num_rows)
-                result = synthesize(data, choice.specs, options, source)
+                result = synthesize(
+                    data, choice.specs, options, source, constraints=declared.constraints
+                )
         for notice in result.notices:
             feedback.notice(notice)
         public = report.build_report(
@@ -225,6 +229,7 @@ def synth(
             output_rows=result.output_rows,
             output={"path": output, "format": out_fmt},
             dim=result.dim,
+            constraints=result.constraints,
         )
         # Parquet carries the mark of a seeded run in the file itself (CSV cannot)
         mark = {"dpsynth.release": report.NOT_FOR_RELEASE} if seed is not None else None
@@ -274,6 +279,7 @@ def _synthesize_on_dask(
     specs: list[ColumnSpec],
     options: SynthOptions,
     source: RandomSource,
+    declared: Declared,
 ) -> SynthResult:
     """`synthesize` with its passes on Dask: Parquet by files / row groups, CSV as one part."""
     columns = [s.name for s in specs]
@@ -283,7 +289,7 @@ def _synthesize_on_dask(
         else [dask_engine.Partition(read.name, read.batches)]
     )
     rows = dask_engine.dask_rows(client, parts, specs)
-    return synthesize(None, specs, options, source, rows=rows)
+    return synthesize(None, specs, options, source, rows=rows, constraints=declared.constraints)
 
 
 def _write_on_dask(
@@ -325,13 +331,10 @@ def _plural(k: int, word: str) -> str:
     return f"{k} {word}" + ("" if k == 1 else "s")
 
 
-def _dry_run_plan(
-    options: SynthOptions,
-    names: list[str] | None,
-    schema_specs: dict[str, ColumnSpec] | None,
-    declared: dict[str, tuple[float, float]],
-) -> dict[str, Any]:
+def _dry_run_plan(options: SynthOptions, declarations: Declared) -> dict[str, Any]:
     """The plan from flags alone; which columns need DP bounds is known only if they are named."""
+    names, schema_specs = declarations.names, declarations.schema
+    declared = declarations.bounds
     specs = [
         ColumnSpec(n, "float", *declared[n])
         if n in declared
@@ -345,7 +348,7 @@ def _dry_run_plan(
             "column a Parquet file declares; those without declared bounds get a DP bounds "
             "estimate from --bounds-eps (default 10% of --eps)"
         )
-    return {
+    plan = {
         "dry_run": True,
         "mechanism": options.mechanism,
         "neighbouring_relation": options.relation,
@@ -355,6 +358,9 @@ def _dry_run_plan(
         "noise": "discrete Laplace, exact rational scales",
         **_dim_plan(options.dim),
     }
+    if declarations.constraints:  # how each will be enforced; those on unchosen columns left out
+        plan["constraints"] = describe(*choose(declarations.constraints, specs))
+    return plan
 
 
 def _dim_plan(dim: str) -> dict[str, Any]:

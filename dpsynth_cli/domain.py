@@ -21,9 +21,11 @@ Schema file (JSON), every key but "columns" optional:
 types are read by `coltypes` (docs/privacy.md, "Mixed tables"). Without a type a Parquet column's
 declared type decides, and a CSV column (whose text declares no type) is "float" unless
 `--integer` names it. A column listed
-without bounds gets a DP bounds estimate. The chosen columns are those of --columns, else the
-schema's, else those that --bounds and --integer name, else every column of a CSV header or
-every numeric column a Parquet file declares.
+without bounds gets a DP bounds estimate. An optional "constraints" list declares linear
+constraints between float, integer, date and datetime columns (`constraints`,
+`load_constraints`). The chosen columns are those of --columns, else the schema's, else those
+that --bounds and --integer name, else every column of a CSV header or every numeric column a
+Parquet file declares.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dpsynth_cli import coltypes
+from dpsynth_cli.constraints import Constraint, parse_constraints
 from dpsynth_cli.errors import DataError, UsageError
 
 KINDS = ("float", "integer", "boolean", "category", "date", "datetime")
@@ -137,6 +140,19 @@ def parse_bounds_flag(text: str) -> tuple[str, float, float]:
 
 def load_schema(path: str) -> dict[str, ColumnSpec]:
     """Read a schema file (format in the module docstring) into column specs."""
+    columns = _schema_json(path).get("columns")
+    return {name: schema_column(path, name, spec) for name, spec in columns.items()}
+
+
+def load_constraints(path: str) -> tuple[Constraint, ...]:
+    """The schema file's declared constraints between its columns (`constraints`), checked
+    against its columns; () when it declares none."""
+    raw = _schema_json(path).get("constraints")
+    return parse_constraints(raw, load_schema(path), f"--schema {path}")
+
+
+def _schema_json(path: str) -> dict:
+    """A schema file's JSON object, with a non-empty "columns" object (usage errors otherwise)."""
     try:
         raw = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -148,7 +164,7 @@ def load_schema(path: str) -> dict[str, ColumnSpec]:
     columns = raw.get("columns") if isinstance(raw, dict) else None
     if not isinstance(columns, dict) or not columns:
         raise UsageError(f"--schema {path}: expected an object with a non-empty 'columns' object")
-    return {name: schema_column(path, name, spec) for name, spec in columns.items()}
+    return raw
 
 
 def schema_column(path: str, name: str, spec: object) -> ColumnSpec:
@@ -293,6 +309,7 @@ class Declared:
     schema: dict[str, ColumnSpec] | None
     bounds: dict[str, tuple[float, float]]
     integers: list[str]
+    constraints: tuple[Constraint, ...] = ()
 
     def resolve(
         self,
@@ -338,7 +355,8 @@ def declare_columns(
     declared = {name: (lo, hi) for name, lo, hi in map(parse_bounds_flag, bounds or [])}
     integers = parse_names(integer, "--integer")
     names, columns_from = requested_columns(columns, specs, [*declared, *integers])
-    return Declared(names, columns_from, specs, declared, integers)
+    constraints = load_constraints(schema) if schema else ()
+    return Declared(names, columns_from, specs, declared, integers, constraints)
 
 
 def parse_names(text: str | None, flag: str) -> list[str]:
@@ -703,33 +721,54 @@ class Domain:
         schema = self.from_unit(np.zeros((0, len(self.columns)))).schema
         return schema.with_metadata(metadata) if metadata else schema
 
-    def from_unit(self, unit: np.ndarray) -> pa.Table:
-        """Back to original units; integer columns rounded, float columns rounded to
-        `decimals()`, all kept inside their bounds; levels, dates and missing values from
-        their codes (`coltypes`)."""
+    def written_codes(self, unit: np.ndarray, columns: list[int] | None = None) -> np.ndarray:
+        """The codes `from_unit` writes for points of [0,1]^d (the given columns, default all):
+        a level's index, whole codes for integer and date columns, whole seconds for datetime
+        ones, float values rounded to `decimals()`, all inside their bounds; NaN for missing."""
+        columns = list(range(len(self.columns))) if columns is None else columns
         lo, width = self._interval()
-        values = lo + unit * width
-        for j in self.level_columns:  # a slot's level (every slot has one)
-            size, slots = self.levels(j), self.slots(j)
-            slot = np.clip(np.floor(unit[:, j] * slots), 0, slots - 1).astype(np.int64)
-            values[:, j] = slot * size // slots
+        values = lo[columns] + unit[:, columns] * width[columns]
         decimals = self.decimals()
-        arrays = {}
-        for j, col in enumerate(self.columns):
+        for k, j in enumerate(columns):
+            col = self.columns[j]
+            if j in self.level_columns:  # a slot's level (every slot has one)
+                size, slots = self.levels(j), self.slots(j)
+                slot = np.clip(np.floor(unit[:, j] * slots), 0, slots - 1).astype(np.int64)
+                values[:, k] = slot * size // slots
             if col.kind in DISCRETE:
                 top = math.floor(col.code_upper)
-                ints = np.clip(np.floor(values[:, j] + 0.5), math.ceil(col.lower), top)
+                ints = np.clip(np.floor(values[:, k] + 0.5), math.ceil(col.lower), top)
+                values[:, k] = np.where(col.nullable & (ints == top), np.nan, ints)
+            elif col.kind == "datetime":  # NaN: flagged missing (`cube_to_unit`)
+                values[:, k] = np.round(np.clip(values[:, k], col.lower, col.upper))
+            else:
+                values[:, k] = np.clip(
+                    np.round(values[:, k], decimals[col.name]), col.lower, col.upper
+                )
+        return values
+
+    def unit_of_codes(self, j: int, codes: np.ndarray) -> np.ndarray:
+        """Unit coordinates of column j (not a level column) that `from_unit` writes as these
+        in-bounds codes (the inverse of `written_codes`)."""
+        lo, width = self._interval()
+        return (codes - lo[j]) / width[j]
+
+    def from_unit(self, unit: np.ndarray) -> pa.Table:
+        """Back to original units (`written_codes`): integer columns rounded, float columns
+        rounded to `decimals()`, all kept inside their bounds; levels, dates and missing values
+        from their codes (`coltypes`)."""
+        codes = self.written_codes(unit)
+        arrays = {}
+        for j, col in enumerate(self.columns):
+            missing = np.isnan(codes[:, j])
+            if col.kind in DISCRETE:
                 if col.kind == "integer" and not col.nullable:
-                    arrays[col.name] = pa.array(ints.astype(np.int64))
+                    arrays[col.name] = pa.array(codes[:, j].astype(np.int64))
                 else:
-                    missing = col.nullable & (ints == top)
-                    arrays[col.name] = coltypes.output_array(ints, missing, col)
+                    arrays[col.name] = coltypes.output_array(codes[:, j], missing, col)
             elif col.kind == "datetime":
-                missing = np.isnan(values[:, j])  # flagged missing (`cube_to_unit`)
-                seconds = np.clip(np.where(missing, col.lower, values[:, j]), col.lower, col.upper)
+                seconds = np.where(missing, col.lower, codes[:, j])
                 arrays[col.name] = coltypes.datetime_array(seconds, col.timezone, missing)
             else:
-                rounded = np.clip(np.round(values[:, j], decimals[col.name]), col.lower, col.upper)
-                missing = np.isnan(rounded)
-                arrays[col.name] = pa.array(rounded, mask=missing if missing.any() else None)
+                arrays[col.name] = pa.array(codes[:, j], mask=missing if missing.any() else None)
         return pa.table(arrays)

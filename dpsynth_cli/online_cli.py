@@ -196,6 +196,11 @@ def online_replay(
             "online-replay needs declared columns with bounds: --schema, or --bounds "
             "COL=LOWER:UPPER for each column"
         )
+    if declared.constraints:
+        raise UsageError(
+            f"--schema {schema}: online-replay does not enforce declared constraints yet; "
+            'use a schema without "constraints" (synth enforces them)'
+        )
     options = ReplayOptions(
         eps,
         order_by=order_by,

@@ -25,6 +25,11 @@ DOMAIN_NOTE = (
     "value are dropped unless the column is nullable; values outside the bounds are clamped."
 )
 
+CONSTRAINTS_NOTE = (
+    "the bound is the release's before the declared constraints: derived columns and the rows "
+    "replaced by rejection are not covered by it (docs/privacy.md, 'Declared constraints')"
+)
+
 
 def accuracy_block(
     run: MechanismRun, domain: Domain, noisy_rows: int, signal: dict[str, Any]
@@ -71,11 +76,13 @@ def build_report(
     output_rows: int,
     output: dict[str, Any],
     dim: dict[str, Any] | None = None,
+    constraints: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Assemble the public report (versioned by SCHEMA); `dim` is `--dim`'s block (auto or N:
-    what ran, a fallback and its reason, the private spectrum's signal check)."""
+    what ran, a fallback and its reason, the private spectrum's signal check); `constraints`, the
+    declared constraints and how they were enforced, only when the schema declares some."""
     extra = {} if dim is None else {"dim": dim}
-    return {
+    report = {
         "schema": SCHEMA,
         "tool": {"name": "dpsynth", "version": __version__},
         "command": command,
@@ -96,6 +103,11 @@ def build_report(
         },
         "accuracy": accuracy_block(run, domain, noisy_rows, signal),
     }
+    if constraints is not None:
+        report["constraints"] = constraints
+        if constraints["declared"] and run.w1_bound is not None:
+            report["accuracy"]["constraints_note"] = CONSTRAINTS_NOTE
+    return report
 
 
 def dumps(report: dict[str, Any]) -> str:

@@ -11,8 +11,9 @@ and public parameters (see `report.build_report`).
 
 from __future__ import annotations
 
+import copy
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import partial
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from dpsynth_cli.constraints import Constraint, choose, describe
 from dpsynth_cli.domain import ColumnSpec, Domain, value_matrix
 from dpsynth_cli.engine.rows import BatchesSource, Rows, as_rows
 from dpsynth_cli.errors import UsageError
@@ -28,6 +30,7 @@ from dpsynth_cli.mechanisms import hierarchy, lowdim, pairs, pmm, privtree, psmm
 from dpsynth_cli.mechanisms.attributes import attributes
 from dpsynth_cli.mechanisms.base import BatchPlan, Mechanism, MechanismRun, Place
 from dpsynth_cli.mechanisms.bounds import estimate_bounds, estimated_notice, histograms
+from dpsynth_cli.mechanisms.conditioned import Rules, conditioned
 from dpsynth_cli.mechanisms.count import noisy_count
 from dpsynth_cli.privacy.ledger import Ledger, check_epsilon, round_down
 from dpsynth_cli.privacy.noise import RandomSource
@@ -161,6 +164,7 @@ class SynthResult:
     diagnostics: dict[str, Any] | None = None
     notices: list[str] = field(default_factory=list)
     dim: dict[str, Any] | None = None  # the report's `dim` block (--dim auto or N)
+    constraints: dict[str, Any] | None = None  # the report's block, when any are declared
 
     @property
     def output_rows(self) -> int:
@@ -255,11 +259,14 @@ def synthesize(
     source: RandomSource,
     *,
     rows: Rows | None = None,
+    constraints: Sequence[Constraint] = (),
 ) -> SynthResult:
     """Run the whole private pipeline: a first pass (row count, histograms for DP bounds), then
     the mechanism's own passes over the rows rescaled to [0,1]^d. `rows`, if given, are the
-    complete value rows already (e.g. from `engine.dask`); `data` is then not read."""
+    complete value rows already (e.g. from `engine.dask`); `data` is then not read. The output
+    obeys the declared `constraints` whose columns are chosen (`mechanisms.conditioned`)."""
     budget = plan_budget(options, specs)
+    constraints, left_out = choose(constraints, specs)  # usage errors before any pass
     ledger = Ledger(budget.total, options.relation)
     raw = rows if rows is not None else value_rows(data, specs)
     undeclared = tuple(j for j, s in enumerate(specs) if not s.has_bounds)
@@ -308,17 +315,45 @@ def synthesize(
         run = lowdim.run(X, source=source.spawn("lowdim"), dim=dim, inner=inner, **call)
     if lead:
         run = replace(run, output=run.output.map(domain.cube_to_unit, len(specs)))
-    sample = next(run.output.batches(SIGNAL_ROWS))  # all points when they fit
+    if constraints:
+        run = replace(run, output=conditioned(run.output, Rules(domain, constraints)))
+    sample, block = _first_batch(run, constraints, left_out)  # all points when they fit
     sample = np.where(np.isnan(sample), 1.0, sample)  # a missing value where `to_unit` puts it
     signal, signal_notices = signal_block(sample, [s.name for s in specs], run.w1_bound)
     dim_notices = lowdim.notices(run.description, options.dim.strip().lower())
     notices += weak_guarantee_notice(options.epsilon) + dim_notices + signal_notices
-    result = SynthResult(domain, budget, ledger, run, n_hat, signal, notices=notices)
+    notices += [f'constraint "{c}" left out: {why}' for c, why in left_out.items()]
+    result = SynthResult(
+        domain, budget, ledger, run, n_hat, signal, notices=notices, constraints=block
+    )
     if options.dim.strip().lower() != "full":
         result.dim = lowdim.report_block(options.dim.strip().lower(), run.description, len(specs))
     if options.diagnostics:
         result.diagnostics = _diagnostics(raw.map(domain.to_unit, len(specs)), sample, first.n)
     return result
+
+
+def _first_batch(
+    run: MechanismRun, constraints: Sequence[Constraint], left_out: dict[str, str]
+) -> tuple[np.ndarray, dict[str, Any] | None]:
+    """The first output batch of at most SIGNAL_ROWS points (the signal check's sample) and,
+    with constraints declared, the report's block: how each is enforced and the share of the
+    rows drawn for this batch that satisfied them (released values and post-processing only)."""
+    batch = next(run.output.plan(SIGNAL_ROWS))
+    if not constraints and not left_out:
+        return batch.points(run.output.place), None
+    block = describe(constraints, left_out)
+    if not constraints:
+        return batch.points(run.output.place), block
+    got = run.output.place.sample(batch.cells, batch.counts, copy.deepcopy(batch.rng))
+    block["first_batch"] = {
+        "rows": int(got.points.shape[0]),
+        "rows_drawn": got.drawn,
+        "acceptance_rate": got.accepted / got.drawn if got.drawn else None,
+        "note": "the share of rows drawn from the released model for the first output batch "
+        "that satisfied every constraint: a function of released values only",
+    }
+    return got.points, block
 
 
 def _complete_bounds(

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from dpsynth_cli.constraints import parse_constraint
 from dpsynth_cli.domain import ColumnSpec
 from dpsynth_cli.engine import dask as dask_engine
 from dpsynth_cli.mechanisms import grid
@@ -226,13 +227,23 @@ def test_cli_dask_engine_writes_the_local_output_as_parts(dataset, tmp_path, fmt
     assert reports[0] == reports[1]
 
 
-@pytest.mark.parametrize("dim", ["full", "1"])
-def test_workers_place_and_map_back_as_the_local_engine(client, dataset, tmp_path, dim):
+# Declared constraints (issue 23): a derived column and a conditioning one, applied per batch.
+CONSTRAINTS = (parse_constraint("b >= a + 2", ""), parse_constraint("a == 0.5 * b - 0.25", ""))
+
+
+@pytest.mark.parametrize(
+    ("dim", "constraints"), [("full", ()), ("1", ()), ("full", CONSTRAINTS), ("1", CONSTRAINTS)]
+)
+def test_workers_place_and_map_back_as_the_local_engine(
+    client, dataset, tmp_path, dim, constraints
+):
     """Library level, on the shared cluster: the workers place each planned batch and map it
-    back (`--dim`'s map and the Domain's, shipped with the plan) with the local engine's code,
-    in any order they finish; the parts are the local batches one for one."""
+    back (`--dim`'s map and the Domain's, shipped with the plan, and the declared constraints'
+    rejection from the whole release) with the local engine's code, in any order they finish;
+    the parts are the local batches one for one."""
     _, table = dataset
-    result = synthesize(table, SPECS, SynthOptions(1.0, dim=dim), RandomSource.seeded(2))
+    options, source = SynthOptions(1.0, dim=dim), RandomSource.seeded(2)
+    result = synthesize(table, SPECS, options, source, constraints=constraints)
     local = list(result.batches(1700))
     assert len(local) > 4
     out = tmp_path / "synth.parquet"
@@ -243,12 +254,21 @@ def test_workers_place_and_map_back_as_the_local_engine(client, dataset, tmp_pat
     assert parts == len(local)
     for i, want in enumerate(local):
         assert pq.read_table(out / f"part-{i:05d}.parquet").equals(want)
+        a, b = (want.column(c).to_numpy() for c in ("a", "b"))
+        assert not constraints or ((b >= a + 2).all() and np.array_equal(a, 0.5 * b - 0.25))
     assert sorted(os.listdir(tmp_path)) == ["synth.parquet"]
 
 
 @pytest.mark.parametrize(
     ("mechanism", "dim"),
-    [("pmm", "full"), ("privtree", "full"), ("hierarchy", "full"), ("psmm", "full"), ("auto", "1")],
+    [
+        ("pmm", "full"),
+        ("privtree", "full"),
+        ("hierarchy", "full"),
+        ("psmm", "full"),
+        ("auto", "1"),
+        ("marginals", "full"),
+    ],
 )
 def test_what_workers_receive_holds_no_rows(dataset, mechanism, dim):
     """The placement and map back shipped to the workers, and a batch plan, pickle (as Dask
@@ -270,7 +290,7 @@ def test_what_workers_receive_holds_no_rows(dataset, mechanism, dim):
 
     _, table = dataset
     options = SynthOptions(1.0, mechanism=mechanism, dim=dim)
-    result = synthesize(table, SPECS, options, RandomSource.seeded(6))
+    result = synthesize(table, SPECS, options, RandomSource.seeded(6), constraints=CONSTRAINTS)
     for shipped in (result.tables, next(result.plan(2000))):
         Guard(pyio.BytesIO()).dump(shipped)
 

@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -338,6 +339,17 @@ def test_admissions_demo_runs(runner, tmp_path):
         "int64",
     ]
     assert synth.column("smoker").null_count > 0  # nullable: missing is a level of its own
+    # its declared constraints (issue 23): no discharge before the admission's date, and the
+    # discharge date is that date plus the length of stay (45% broke the first before)
+    frame = synth.to_pandas()
+    admission_day = frame["admitted_at"].dt.floor("D")
+    discharged = frame["discharged"].astype("datetime64[ns]")
+    assert (discharged >= admission_day).all()
+    stay = pd.to_timedelta(frame["length_of_stay"], unit="D")
+    assert (discharged == admission_day + stay).all()
+    block = json.loads(Path(f"{out}.report.json").read_text())["constraints"]
+    assert block["derived"] == {"discharged": "discharged == floor(admitted_at) + length_of_stay"}
+    assert block["first_batch"]["acceptance_rate"] > 0.5
 
 
 def test_evaluate_reports_tvd_for_levels_and_the_mixed_metric(runner, tmp_path, monkeypatch):

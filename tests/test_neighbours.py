@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pyarrow import csv as pa_csv
 
 from dpsynth_cli import synth
 from dpsynth_cli.cli import app
@@ -94,20 +95,20 @@ def compare(
     return sides[0]
 
 
+def compare_csv(runner, tmp_path, monkeypatch, row, args, out_name, schema=SCHEMA) -> dict:
+    """`compare` on BASE_ROWS as CSV, plus CSV_ROWS[row]."""
+    write = lambda d, rows: write_csv(d / "in.csv", rows)  # noqa: E731
+    return compare(
+        runner, tmp_path, monkeypatch, write, BASE_ROWS, CSV_ROWS[row], args, out_name, schema
+    )
+
+
 @pytest.mark.parametrize("declared", DECLARATIONS)
 @pytest.mark.parametrize("row", CSV_ROWS)
 def test_csv_neighbours_are_indistinguishable(runner, tmp_path, monkeypatch, row, declared):
     fix_releases(monkeypatch)
-    seen = compare(
-        runner,
-        tmp_path,
-        monkeypatch,
-        lambda d, rows: write_csv(d / "in.csv", rows),
-        BASE_ROWS,
-        CSV_ROWS[row],
-        ["in.csv", *DECLARATIONS[declared]],
-        "out.csv",
-    )
+    args = ["in.csv", *DECLARATIONS[declared]]
+    seen = compare_csv(runner, tmp_path, monkeypatch, row, args, "out.csv")
     assert seen["exit"] == 0, seen["messages"]
     report = json.loads(seen["outputs"]["out.csv.report.json"])
     assert report["domain"]["a"]["type"] == ("float" if declared == "header only" else "integer")
@@ -210,15 +211,25 @@ def test_parquet_all_null_column_vs_one_value(runner, tmp_path, monkeypatch):
 def test_marginals_neighbours_are_indistinguishable(runner, tmp_path, monkeypatch, row):
     """The same adversarial rows through --mechanism marginals (auto's choice for wider tables)."""
     fix_releases(monkeypatch)
-    seen = compare(
-        runner,
-        tmp_path,
-        monkeypatch,
-        lambda d, rows: write_csv(d / "in.csv", rows),
-        BASE_ROWS,
-        CSV_ROWS[row],
-        ["in.csv", *DECLARATIONS["schema"], "--mechanism", "marginals"],
-        "out.csv",
-    )
+    args = ["in.csv", *DECLARATIONS["schema"], "--mechanism", "marginals"]
+    seen = compare_csv(runner, tmp_path, monkeypatch, row, args, "out.csv")
     assert seen["exit"] == 0, seen["messages"]
     assert "marginals-two-way" in seen["outputs"]["out.csv.report.json"].decode()
+
+
+@pytest.mark.parametrize("row", ["text cell", "beyond float range", "inf and nan", "empty cell"])
+def test_derived_column_neighbours_are_indistinguishable(runner, tmp_path, monkeypatch, row):
+    """A derived column and a conditioning constraint (issue 23) on the DP bounds estimate's
+    path: post-processing of the release, so the neighbours' outputs stay identical."""
+    fix_releases(monkeypatch)
+    # b's DP bounds here are about 0.297:0.301: a lands in 4..12 (bounds 0..10), b >= 0.298
+    schema = {**SCHEMA, "constraints": ["a == 2000 * b - 590", "b >= 0.298"]}
+    args = ["in.csv", "--schema", "schema.json"]
+    seen = compare_csv(runner, tmp_path, monkeypatch, row, args, "out.csv", schema)
+    assert seen["exit"] == 0, seen["messages"]
+    out = pa_csv.read_csv(pa.BufferReader(seen["outputs"]["out.csv"]))
+    a, b = out.column("a").to_numpy(), out.column("b").to_numpy()
+    assert out.num_rows > 100 and (b >= 0.298).all() and (a <= 10).all()
+    assert np.array_equal(a, np.floor(2000 * b - 590 + 0.5))  # derived: the nearest integer
+    block = json.loads(seen["outputs"]["out.csv.report.json"])["constraints"]
+    assert 0.2 < block["first_batch"]["acceptance_rate"] < 0.8  # rejection at work

@@ -132,3 +132,38 @@ def test_mixed_parquet_neighbours_are_indistinguishable(runner, tmp_path, monkey
     )
     assert seen["exit"] == 0, seen["messages"]
     assert seen["outputs"]["out.csv"].startswith(b'"sex","ward","day","smoker","n","at"\n')
+
+
+CONSTRAINED = {**SCHEMA, "constraints": ["day >= floor(at)", "n <= 5"]}
+CONSTRAINED_ROWS = ["bad date", "date far out of bounds", "all missing", "undeclared level"]
+
+
+@pytest.mark.parametrize("mechanism", PATHS)
+@pytest.mark.parametrize("row", CONSTRAINED_ROWS)
+def test_constrained_neighbours_are_indistinguishable(
+    runner, tmp_path, monkeypatch, row, mechanism
+):
+    """Declared constraints (issue 23) condition the release by rejection from the released
+    model: post-processing, so the neighbours' outputs stay identical (and obey)."""
+    fix_releases(monkeypatch)
+    args = ["in.csv", "--schema", "schema.json", "--mechanism", mechanism]
+    seen = neighbours.compare(
+        runner,
+        tmp_path,
+        monkeypatch,
+        write_csv,
+        BASE,
+        ROWS[row],
+        args,
+        "out.parquet",
+        schema=CONSTRAINED,
+    )
+    assert seen["exit"] == 0, seen["messages"]
+    out = pq.read_table(pa.BufferReader(seen["outputs"]["out.parquet"])).to_pandas()
+    day, at = out["day"].astype("datetime64[ns]"), out["at"].dt.tz_convert("UTC")
+    present = day.notna() & at.notna()
+    assert present.sum() > 100
+    assert (day[present] >= at[present].dt.tz_localize(None).dt.floor("D")).all()
+    assert (out["n"].dropna() <= 5).all()
+    report = seen["outputs"]["out.parquet.report.json"].decode()
+    assert '"conditioned"' in report and PATHS[mechanism] in report
