@@ -20,19 +20,39 @@ def test_choice_depends_on_eps_times_noisy_rows_per_unit_of_sensitivity(monkeypa
     assert select.choose(2, Fraction(1, 2), 2000, "add-remove") == "privtree"
     assert select.choose(2, Fraction(1), 1000, "replace") == "hierarchy"  # sensitivity 2
     assert select.choose(2, Fraction(1), 2000, "replace") == "privtree"
-    assert select.choose(5, Fraction(10), 10**9, "add-remove") == "hierarchy"
+    assert select.choose(3, Fraction(10), 10**9, "add-remove") == "hierarchy"
     assert select.choose(2, Fraction(1), -5, "add-remove") == "hierarchy"  # noisy counts can be < 0
     assert "; d=2: privtree when eps*noisy_rows/sensitivity >= 1000" in select.rule_text()
-    # Level columns (public, from the schema): privtree, which splits them first, at any eps n.
-    assert select.choose(2, Fraction(1), 999, "add-remove", levels=True) == "privtree"
+    # Level columns (public, from the schema): privtree, which splits them first, while each
+    # column's share of eps n is below MARGINALS_SIGNAL (90); marginals from there on.
+    assert select.choose(2, Fraction(1), 179, "add-remove", levels=True) == "privtree"
+    assert select.choose(2, Fraction(1), 180, "add-remove", levels=True) == "marginals"
     assert select.choose(5, Fraction(1, 10), 10, "replace", levels=True) == "privtree"
-    assert select.rule_text().startswith("with boolean, category or nullable float/datetime")
+    assert select.choose(5, Fraction(1), 900, "replace", levels=True) == "marginals"
+    assert select.choose(5, Fraction(1), 899, "replace", levels=True) == "privtree"
+    # Four columns or more, numbers only: marginals with enough signal, up to its column limit.
+    assert select.choose(4, Fraction(10), 10**9, "add-remove") == "marginals"
+    assert select.choose(3, Fraction(10), 10**9, "add-remove") == "hierarchy"
+    assert select.choose(101, Fraction(10), 10**9, "add-remove") == "hierarchy"
+    # hidden missing flags are no columns: 5 cube columns, 4 table columns
+    assert select.choose(5, Fraction(1), 360, "add-remove", True, columns=4) == "marginals"
+    assert select.choose(5, Fraction(1), 359, "add-remove", True, columns=4) == "privtree"
+    assert select.rule_text().startswith("marginals with a level column or 4 to 100 columns")
+
+
+def force(monkeypatch, name: str) -> None:
+    """Make `choose` pick `name` for any table of two or more columns."""
+    marginals = name == "marginals"
+    monkeypatch.setattr(select, "MARGINALS_FROM_COLUMNS", 2)
+    monkeypatch.setattr(select, "MARGINALS_SIGNAL", 0.0 if marginals else float("inf"))
+    threshold = 0.0 if name == "privtree" else 1e18
+    monkeypatch.setattr(select, "PRIVTREE_FROM", {2: threshold})
+    monkeypatch.setattr(select, "PRIVTREE_FROM_DEFAULT", threshold)
 
 
 @pytest.mark.parametrize("name", sorted(select.CANDIDATES))
 def test_auto_output_and_spends_are_the_chosen_mechanisms(monkeypatch, name):
-    threshold = 0.0 if name == "privtree" else float("inf")
-    monkeypatch.setattr(select, "PRIVTREE_FROM", {2: threshold})
+    force(monkeypatch, name)
     X = np.random.default_rng(0).beta(2, 5, (1500, 2))
     runs = []
     for mechanism in (select.run, select.CANDIDATES[name]):
@@ -61,7 +81,7 @@ def test_auto_in_high_dimensions_is_the_chosen_mechanism(monkeypatch, name):
     """d = 40 (past the old 32-column crash of hierarchy): auto still runs exactly the chosen
     mechanism, and the output has the d columns."""
     d = 40
-    monkeypatch.setattr(select, "PRIVTREE_FROM_DEFAULT", 0.0 if name == "privtree" else 1e18)
+    force(monkeypatch, name)
     X = np.random.default_rng(1).random((800, d))
     runs = []
     for mechanism in (select.run, select.CANDIDATES[name]):
