@@ -87,13 +87,22 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     timed_out: dict[tuple[str, str, float], int] = {}  # (table, peer, eps) -> smallest n
     planned = cells(args, loaded, notes)
-    for seed in range(args.seeds):  # seed after seed: a first complete picture early
+    for seed in range(args.seeds):  # seed after seed, peer after peer: the cheap ones first
         for cell in planned:
-            records += run_cell(args, loaded[cell.table], cell, seed, timed_out)
+            records += ours_and_floor(args, loaded[cell.table], cell, seed)
+        for name in args.peers:
+            for cell in planned:
+                records.append(peer_record(args, loaded[cell.table], cell, name, seed, timed_out))
     wall = time.perf_counter() - start
     grid.OUT.mkdir(parents=True, exist_ok=True)
     (grid.OUT / "raw.json").write_text(json.dumps(records, indent=0))
     rows = aggregate(records)
+    missing = sorted({r["method"] for r in records if r["status"].startswith("not run")})
+    if missing:
+        notes.append(
+            "a peer without a cached record in a cell is left out of that cell's tables (not "
+            "run yet: a run without --no-peer-runs draws it): " + ", ".join(missing)
+        )
     section = docs.section(args, rows, notes, wall)
     (grid.OUT / "summary.md").write_text(section)
     print(section)
@@ -102,29 +111,38 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run_cell(args, table: tables.Table, cell: grid.Cell, seed: int, timed_out: dict) -> list:
-    """The records of one cell and seed: the floor, ours, the peers (cached or run; a peer that
-    timed out at a smaller n of the same table and eps is skipped)."""
-    size = cell.n or table.rows
+def _base(table: tables.Table, cell: grid.Cell, seed: int) -> dict:
     rows = int(grid.real_codes(table, cell.n, seed).shape[0])
-    base = {"table": cell.table, "n": cell.n_label, "eps": cell.eps, "seed": seed, "rows": rows}
-    records = [{**base, "method": "floor", **grid.floor(table, cell.n, seed), "rows": rows}]
+    return {"table": cell.table, "n": cell.n_label, "eps": cell.eps, "seed": seed, "rows": rows}
+
+
+def ours_and_floor(args, table: tables.Table, cell: grid.Cell, seed: int) -> list[dict]:
+    base = _base(table, cell, seed)
+    records = [{**base, "method": "floor", **grid.floor(table, cell.n, seed), "rows": base["rows"]}]
     for mechanism in args.ours:
         records.append(
             {**base, "method": f"ours:{mechanism}", **grid.ours(table, cell, mechanism, seed)}
         )
         _progress(records[-1])
-    for name in args.peers:
-        stop = timed_out.get((cell.table, name, cell.eps))
-        if stop is not None and size >= stop:
-            record = {"status": f"skipped (timed out at {stop:,} rows)"}
-        else:
-            record = grid.peer(table, cell, name, seed, args.peer_cap, not args.no_peer_runs)
-            if record["status"].startswith("timeout"):
-                timed_out[cell.table, name, cell.eps] = size
-        records.append({**base, "method": name, **record})
-        _progress(records[-1])
     return records
+
+
+def peer_record(
+    args, table: tables.Table, cell: grid.Cell, name: str, seed: int, timed_out: dict
+) -> dict:
+    """A peer's record in a cell (cached or run); a peer that ran out of time at some n is
+    skipped at that n and larger ones of the same table and eps."""
+    size = cell.n or table.rows
+    stop = timed_out.get((cell.table, name, cell.eps))
+    if stop is not None and size >= stop:
+        record = {"status": f"skipped (timed out at {stop:,} rows)"}
+    else:
+        record = grid.peer(table, cell, name, seed, args.peer_cap, not args.no_peer_runs)
+        if record["status"].startswith("timeout"):
+            timed_out[cell.table, name, cell.eps] = size
+    record = {**_base(table, cell, seed), "method": name, **record}
+    _progress(record)
+    return record
 
 
 def _progress(record: dict) -> None:

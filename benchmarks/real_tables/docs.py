@@ -57,6 +57,16 @@ def _versions() -> str:
     return peers + "; dpmm 0.1.9 in .venv-dpmm (numpy 1.26)"
 
 
+def _peer_runs(args) -> str:
+    cached = "cached records keep the cap they ran under (a time-out says it)"
+    if args.no_peer_runs:
+        return f"peers from the cache only, none run by this invocation; {cached}"
+    return (
+        f"peers run one at a time on one core under a cap of {args.peer_cap} CPU s (and "
+        f"{grid.WALL_FACTOR}x that in wall time), then cached; {cached}"
+    )
+
+
 def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
@@ -66,10 +76,8 @@ def section(args, rows: list[dict], notes: list[str], wall: float) -> str:
     lines = [
         f"Measured {datetime.date.today().isoformat()} on {os.cpu_count()} cores ({_cpu()}), "
         f"Python {platform.python_version()}; {_versions()}; {git_state()}. Last command: "
-        f"`{command.strip()}` ({args.seeds} seeds, ours: {', '.join(args.ours)}; peers under a "
-        f"cap of {args.peer_cap} CPU s per run (and {grid.WALL_FACTOR}x that in wall time), one "
-        f"core, run one at a time and cached; wall time of this invocation "
-        f"{wall / 60:.1f} min).",
+        f"`{command.strip()}` ({args.seeds} seeds, ours: {', '.join(args.ours)}; "
+        f"{_peer_runs(args)}; wall time of this invocation {wall / 60:.1f} min).",
         "",
         EXPLAIN,
         "",
@@ -108,8 +116,8 @@ def _table(name: str, rows: list[dict], ours: list[str]) -> list[str]:
             out.append(f"| {size} | {eps:g} | floor | " + _figures(here["floor"], cpu=False) + " |")
         if eps == 1.0:
             for peer in grid.PEERS:
-                if peer in here:
-                    r = here[peer]
+                r = here.get(peer)
+                if r and not r.get("status", "").startswith("not run"):  # (listed in Notes)
                     every.append(f"| {size} | {SHORT[peer]}{_seeds(r)} | " + _figures(r) + " |")
     return out + (every if len(every) > 5 else [])
 
@@ -133,7 +141,7 @@ def _figures(r: dict, cpu: bool = True) -> str:
 def _best(here: dict) -> str:
     peers = [r for m, r in here.items() if m in grid.PEERS and "status" not in r]
     if not peers:
-        return "no peer ran" + " |" * (len(HEADS) - 1)
+        return "no peer run yet (Notes)" + " |" * (len(HEADS) - 1)
     cells = []
     for k in METRICS:
         ran = [r for r in peers if r.get(k) is not None]
