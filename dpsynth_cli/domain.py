@@ -17,7 +17,8 @@ Schema file (JSON), every key but "columns" optional:
 
 "type" is "float", "integer", "boolean", "category" (with its public "levels" and an optional
 "other" level for undeclared values), "date" or "datetime" (ISO "lower"/"upper", optional
-"timezone"); "nullable": true makes missing a level of its own (any kind). Cells of these
+"timezone"); "nullable": true makes missing a level of its own (any kind). Any other key (a typo
+such as "lowr") is a usage error (`COLUMN_KEYS`); keys that start with "_" are comments. Cells of these
 types are read by `coltypes` (docs/privacy.md, "Mixed tables"). Without a type a Parquet column's
 declared type decides, and a CSV column (whose text declares no type) is "float" unless
 `--integer` names it. A column listed
@@ -28,6 +29,7 @@ every numeric column a Parquet file declares.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 from dataclasses import dataclass, replace
@@ -45,6 +47,16 @@ KINDS = ("float", "integer", "boolean", "category", "date", "datetime")
 # unit interval, and a nullable one has "missing" as one more code past the upper one.
 DISCRETE = ("integer", "boolean", "category", "date")
 NULLABLE = KINDS
+# The keys a schema column of each type may have ("": no type; the file's type decides).
+COLUMN_KEYS: dict[str, tuple[str, ...]] = {
+    "": ("type", "lower", "upper", "nullable"),
+    "float": ("type", "lower", "upper", "nullable"),
+    "integer": ("type", "lower", "upper", "nullable"),
+    "boolean": ("type", "nullable"),
+    "category": ("type", "levels", "other", "nullable"),
+    "date": ("type", "lower", "upper", "nullable"),
+    "datetime": ("type", "lower", "upper", "timezone", "nullable"),
+}
 # Continuous kinds: a nullable one gets a hidden "missing" level column in the mechanisms' cube.
 CONTINUOUS = ("float", "datetime")
 # Kinds whose codes are levels, not numbers: the discrete metric, and top-level splits.
@@ -148,6 +160,11 @@ def load_schema(path: str) -> dict[str, ColumnSpec]:
     columns = raw.get("columns") if isinstance(raw, dict) else None
     if not isinstance(columns, dict) or not columns:
         raise UsageError(f"--schema {path}: expected an object with a non-empty 'columns' object")
+    _check_keys(raw, ("columns",), f"--schema {path}")
+    for name, spec in columns.items():
+        kind = spec.get("type", "") if isinstance(spec, dict) else None
+        if isinstance(kind, str) and kind in COLUMN_KEYS:  # another type is refused below
+            _check_keys(spec, COLUMN_KEYS[kind], f"--schema {path}: column '{name}'", kind)
     return {name: schema_column(path, name, spec) for name, spec in columns.items()}
 
 
@@ -185,6 +202,36 @@ def schema_column(path: str, name: str, spec: object) -> ColumnSpec:
             f"{where}: a nullable {kind or 'float'} column needs declared 'lower' and 'upper'"
         )
     return ColumnSpec(name, kind, lower, upper, nullable=nullable)
+
+
+def _check_keys(spec: dict, allowed: tuple[str, ...], where: str, kind: str | None = None) -> None:
+    """A key the schema does not know (a typo such as "lowr" or "nulable") is an error, never
+    ignored: ignored, it would silently spend epsilon on a DP bounds estimate or change which
+    rows are kept. Keys that start with '_' are comments. `kind`: the column's type, for keys
+    that exist but do not apply to it (e.g. 'levels' on a float column)."""
+    extra = [k for k in spec if not k.startswith("_") and k not in allowed]
+    if not extra:
+        return
+    known = {k for keys in COLUMN_KEYS.values() for k in keys} if kind is not None else set()
+    misplaced = [k for k in extra if k in known]
+    if misplaced:
+        what = f"a {kind} column" if kind else "a column without a 'type'"
+        raise UsageError(
+            f"{where}: {what} takes no {_quoted(misplaced)} (its keys: {', '.join(allowed)})"
+        )
+    hints = []
+    for key in extra:
+        close = difflib.get_close_matches(key, sorted(known | set(allowed)), n=1)
+        hints.append(f"'{key}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+    keys = "key" if len(extra) == 1 else "keys"
+    raise UsageError(
+        f"{where}: unknown {keys} {', '.join(hints)}; allowed: {', '.join(allowed)} "
+        "(keys starting with '_' are comments)"
+    )
+
+
+def _quoted(names: list[str]) -> str:
+    return ", ".join(f"'{n}'" for n in names)
 
 
 def _level_column(where: str, name: str, kind: str, spec: dict, nullable: bool) -> ColumnSpec:

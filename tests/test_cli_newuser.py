@@ -1,0 +1,72 @@
+"""What a new user hits (issue 24): silent near-empty releases, schema typos, crashes on odd
+flags and streams, late errors, formats, limits, help texts, exit status and column order."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dpsynth_cli.cli import app
+
+
+def invoke(runner, *args):
+    return runner.invoke(app, [*map(str, args)])
+
+
+def one_line_error(result, code: int) -> str:
+    """The result's stderr, checked to be one error line with exit `code` and no traceback."""
+    assert result.exit_code == code, result.output
+    lines = result.stderr.strip().splitlines()
+    assert lines and lines[-1].startswith("dpsynth: error: "), result.stderr
+    assert "Traceback" not in result.output and "internal error" not in result.stderr
+    return lines[-1]
+
+
+# --------------------------------------------------------------------------- 2: schema typos
+
+
+@pytest.mark.parametrize(
+    ("column", "named"),
+    [
+        ({"lowr": 0, "uppr": 1}, ["'lowr' (did you mean 'lower'?)", "'uppr'"]),
+        ({"type": "float", "lower": 0, "uper": 1}, ["'uper' (did you mean 'upper'?)"]),
+        ({"type": "integer", "lower": 0, "upper": 9, "nulable": True}, ["'nulable'"]),
+        ({"type": "category", "levels": ["x", "y"], "othr": "x"}, ["'othr'"]),
+        ({"type": "float", "lower": 0, "upper": 1, "levels": ["x"]}, ["takes no 'levels'"]),
+    ],
+)
+def test_unknown_schema_keys_are_usage_errors(runner, tmp_path, column, named):
+    (tmp_path / "d.csv").write_text("a\n1\n2\n")
+    (tmp_path / "s.json").write_text(json.dumps({"columns": {"a": column}}))
+    result = invoke(
+        runner, "synth", tmp_path / "d.csv", "--eps", 1, "--schema", tmp_path / "s.json"
+    )
+    line = one_line_error(result, 2)
+    assert "column 'a'" in line and all(n in line for n in named), line
+    assert "needs both" not in line
+
+
+def test_schema_comments_are_allowed_and_top_level_typos_are_not(runner, tmp_path):
+    (tmp_path / "d.csv").write_text("a\n1\n2\n")
+    schema = tmp_path / "s.json"
+    schema.write_text(
+        json.dumps({"_note": "x", "columns": {"a": {"_why": "y", "lower": 0, "upper": 3}}})
+    )
+    ok = invoke(
+        runner,
+        "synth",
+        tmp_path / "d.csv",
+        "--eps",
+        1,
+        "--schema",
+        schema,
+        "-o",
+        tmp_path / "o.csv",
+    )
+    assert ok.exit_code == 0, ok.output
+    schema.write_text(json.dumps({"columns": {"a": {"lower": 0, "upper": 3}}, "colums": {}}))
+    line = one_line_error(
+        invoke(runner, "synth", tmp_path / "d.csv", "--eps", 1, "--schema", schema), 2
+    )
+    assert "'colums'" in line
