@@ -422,6 +422,7 @@ def evaluate(
         typer.Option(
             "--seed",
             metavar="N",
+            min=0,
             show_default=False,
             help="Seed for the subsample W1 estimate on large tables, e.g. --seed 1.",
         ),

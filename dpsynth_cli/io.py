@@ -316,6 +316,8 @@ class _Reader(Protocol):
 
 
 def _stdin_stream() -> Any:
+    if sys.stdin is None:  # started with stdin closed (`<&-`): Python then has no sys.stdin
+        raise DataError(f"cannot read {STDIN_NAME}: it is closed (give a file, or pipe one in)")
     return getattr(sys.stdin, "buffer", sys.stdin)
 
 

@@ -95,11 +95,13 @@ Schema = Annotated[
 ]
 Seed = Annotated[
     int | None,
-    _opt(
+    typer.Option(
         "--seed",
         metavar="N",
-        help="Reproducible noise for tests and demos, e.g. --seed 7; the report then says "
-        "NOT FOR RELEASE. Default: the operating system's secure generator.",
+        min=0,  # a negative seed is a one-line usage error, not numpy's ValueError
+        show_default=False,
+        help="Reproducible noise for tests and demos, e.g. --seed 7 (a whole number >= 0); the "
+        "report then says NOT FOR RELEASE. Default: the operating system's secure generator.",
     ),
 ]
 Report = Annotated[

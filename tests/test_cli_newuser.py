@@ -4,6 +4,8 @@ flags and streams, late errors, formats, limits, help texts, exit status and col
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -70,3 +72,36 @@ def test_schema_comments_are_allowed_and_top_level_typos_are_not(runner, tmp_pat
         invoke(runner, "synth", tmp_path / "d.csv", "--eps", 1, "--schema", schema), 2
     )
     assert "'colums'" in line
+
+
+# --------------------------------------------------------------------------- 3: crashes
+
+
+@pytest.mark.parametrize("command", ["synth", "pca", "online-replay", "evaluate"])
+def test_a_negative_seed_is_a_usage_error(runner, tmp_path, command):
+    data = tmp_path / "d.csv"
+    data.write_text("a,b\n1,2\n3,4\n")
+    args = {
+        "synth": ["--eps", 1, "--bounds", "a=0:5", "-o", tmp_path / "o.csv"],
+        "pca": ["--eps", 1, "--bounds", "a=0:5", "--bounds", "b=0:5", "-k", 1],
+        "online-replay": ["--eps", 1, "--bounds", "a=0:5", "--out-dir", tmp_path / "r"],
+        "evaluate": [data, "--bounds", "a=0:5"],
+    }[command]
+    line = one_line_error(invoke(runner, command, data, *args, "--seed", -1), 2)
+    assert "--seed" in line
+    assert not (tmp_path / "o.csv").exists() and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("command", ["synth - --eps 1 --bounds a=0:5", "schema draft -"])
+def test_a_closed_stdin_is_a_one_line_error(command):
+    done = subprocess.run(
+        ["bash", "-c", f"'{sys.executable}' -m dpsynth_cli {command} <&-"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    assert (
+        done.stderr
+        == "dpsynth: error: cannot read <stdin>: it is closed (give a file, or pipe one in)\n"
+    )
