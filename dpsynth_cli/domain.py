@@ -430,7 +430,8 @@ def resolve_columns(
     numeric type (the others are left out, with the reason). A column's kind is the schema's
     type, else `--integer`, else the Parquet type, else float. A declared type the tool cannot
     read as a number (a timestamp, a list) is a usage error: it is structure, not data.
-    `all_columns` (the file's, when only some were read) lists what the user left out.
+    `all_columns` (the file's, when only some were read) lists what the user left out. The
+    chosen columns are in the file's order, whatever order --columns or the schema name them in.
     """
     left_out: dict[str, str] = {}
     if names is None:
@@ -446,6 +447,8 @@ def resolve_columns(
     else:
         every = all_columns or table_schema.names
         left_out = {n: f"not named by {columns_from}" for n in every if n not in names}
+        position = {n: i for i, n in enumerate(every)}  # the output keeps the input's order
+        names = sorted(names, key=lambda n: position.get(n, len(position)))
     for flag, given in (("--bounds", bounds), ("--integer", integers or [])):
         for name in given:
             if name not in names:

@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from dpsynth_cli.cli import app
@@ -105,3 +107,45 @@ def test_a_closed_stdin_is_a_one_line_error(command):
         done.stderr
         == "dpsynth: error: cannot read <stdin>: it is closed (give a file, or pipe one in)\n"
     )
+
+
+# --------------------------------------------------------------------------- 12: column order
+
+
+def test_outputs_keep_the_input_column_order(runner, tmp_path):
+    """A schema (or --columns) naming the columns in another order than the file: synth, pca and
+    online-replay write them in the file's order, as the README says (the Dask engine takes the
+    same `ColumnChoice`)."""
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"a": rng.random(300), "b": rng.integers(0, 9, 300), "c": rng.random(300)})
+    frame.to_csv(tmp_path / "d.csv", index=False)
+    frame.to_parquet(tmp_path / "d.parquet")
+    schema = {
+        "columns": {
+            "c": {"lower": 0, "upper": 1},
+            "a": {"lower": 0, "upper": 1},
+            "b": {"type": "integer", "lower": 0, "upper": 9},
+        }
+    }
+    (tmp_path / "s.json").write_text(json.dumps(schema))
+    common = ["--eps", 1, "--schema", tmp_path / "s.json", "--seed", 1, "-q"]
+    for data, out in (("d.csv", "o.csv"), ("d.parquet", "o.parquet")):
+        done = invoke(runner, "synth", tmp_path / data, *common, "-o", tmp_path / out)
+        assert done.exit_code == 0, done.output
+        written = (
+            pd.read_csv(tmp_path / out) if out.endswith("csv") else pd.read_parquet(tmp_path / out)
+        )
+        assert list(written.columns) == ["a", "b", "c"]
+        report = json.loads((tmp_path / f"{out}.report.json").read_text())
+        assert list(report["domain"]) == ["a", "b", "c"]
+    flags = ["--columns", "c,a", "--bounds", "a=0:1", "--bounds", "c=0:1", "--eps", 1, "-q"]
+    done = invoke(runner, "synth", tmp_path / "d.csv", *flags, "-o", tmp_path / "p.csv")
+    assert done.exit_code == 0 and pd.read_csv(tmp_path / "p.csv").columns.tolist() == ["a", "c"]
+    done = invoke(runner, "pca", tmp_path / "d.csv", *common, "-k", 1, "-o", tmp_path / "k.csv")
+    assert done.exit_code == 0, done.output
+    assert pd.read_csv(tmp_path / "k.csv").columns.tolist()[-3:] == ["a", "b", "c"]
+    replay = ["online-replay", tmp_path / "d.parquet", *common, "--checkpoints", "256"]
+    done = invoke(runner, *replay, "--out-dir", tmp_path / "r")
+    assert done.exit_code == 0, done.output
+    release = pd.read_parquet(tmp_path / "r" / "release-000000000256.parquet")
+    assert release.columns.tolist() == ["a", "b", "c"]
