@@ -18,13 +18,12 @@ Schema file (JSON), every key but "columns" optional:
 "type" is "float", "integer", "boolean", "category" (with its public "levels" and an optional
 "other" level for undeclared values), "date" or "datetime" (ISO "lower"/"upper", optional
 "timezone"); "nullable": true makes missing a level of its own (any kind). Any other key (a typo
-such as "lowr") is a usage error (`COLUMN_KEYS`); keys that start with "_" are comments. Cells of these
-types are read by `coltypes` (docs/privacy.md, "Mixed tables"). Without a type a Parquet column's
-declared type decides, and a CSV column (whose text declares no type) is "float" unless
-`--integer` names it. A column listed
-without bounds gets a DP bounds estimate. The chosen columns are those of --columns, else the
-schema's, else those that --bounds and --integer name, else every column of a CSV header or
-every numeric column a Parquet file declares.
+such as "lowr") is a usage error (`COLUMN_KEYS`); keys that start with "_" are comments. Cells of
+these types are read by `coltypes` (docs/privacy.md, "Mixed tables"). Without a type a Parquet
+column's declared type decides, and a CSV column (whose text declares no type) is "float" unless
+`--integer` names it. A column listed without bounds gets a DP bounds estimate. The chosen
+columns are those of --columns, else the schema's, else those that --bounds and --integer name,
+else every column of a CSV header or every numeric column a Parquet file declares.
 """
 
 from __future__ import annotations
@@ -32,6 +31,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -132,6 +132,12 @@ def check_bounds(name: str, lower: float, upper: float, where: str) -> tuple[flo
     if lower >= upper:
         raise UsageError(f"{where}: lower bound of column '{name}' must be below its upper bound")
     return float(lower), float(upper)
+
+
+def bounds_flag(name: str) -> str:
+    """The --bounds flag to suggest for a column, quoted for a shell when the name needs it
+    (a space, a quote): copied from a message, it must work as printed."""
+    return "--bounds " + shlex.quote(f"{name}=LOWER:UPPER")
 
 
 def parse_bounds_flag(text: str) -> tuple[str, float, float]:

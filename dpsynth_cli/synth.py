@@ -21,12 +21,18 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from dpsynth_cli.domain import ColumnSpec, Domain, value_matrix
+from dpsynth_cli.domain import ColumnSpec, Domain, bounds_flag, value_matrix
 from dpsynth_cli.engine.rows import BatchesSource, Rows, as_rows
-from dpsynth_cli.errors import UsageError
+from dpsynth_cli.errors import DataError, UsageError
 from dpsynth_cli.mechanisms import hierarchy, lowdim, pmm, privtree, psmm, select
 from dpsynth_cli.mechanisms.base import BatchPlan, Mechanism, MechanismRun, Place
-from dpsynth_cli.mechanisms.bounds import estimate_bounds, estimated_notice, histograms
+from dpsynth_cli.mechanisms.bounds import (
+    NoBoundsFound,
+    estimate_bounds,
+    estimated_notice,
+    histograms,
+    no_bounds_message,
+)
 from dpsynth_cli.mechanisms.count import noisy_count
 from dpsynth_cli.privacy.ledger import Ledger, check_epsilon, round_down
 from dpsynth_cli.privacy.noise import RandomSource
@@ -110,7 +116,7 @@ def plan_budget(options: SynthOptions, specs: list[ColumnSpec]) -> BudgetPlan:
         if share == 0:
             raise UsageError(
                 f"column '{undeclared[0]}' has no bounds and --bounds-eps is 0: declare them "
-                f"with --bounds {undeclared[0]}=LOWER:UPPER or --schema"
+                f"with {bounds_flag(undeclared[0])} or --schema"
             )
         share = check_epsilon(share, "--bounds-eps")
         if share >= total:
@@ -283,19 +289,27 @@ def _complete_bounds(
     source: RandomSource,
     ledger: Ledger,
 ) -> tuple[list[ColumnSpec], list[str]]:
-    """DP bounds for columns without declared ones; a notice says what each cost."""
-    done, notices = [], []
+    """DP bounds for columns without declared ones; a notice says what each cost. Every
+    undeclared column is estimated (each spend is planned already) before a failure is raised,
+    so that the error names every column whose estimate found nothing, not just the first."""
+    done, notices, failed = [], [], []
     for j, spec in enumerate(specs):
         if not spec.has_bounds:
             eps = budget.bounds[spec.name]
-            lo, hi = estimate_bounds(
-                fine[j], spec.name, eps, source.spawn(f"bounds:{spec.name}"), ledger
-            )
+            try:
+                lo, hi = estimate_bounds(
+                    fine[j], spec.name, eps, source.spawn(f"bounds:{spec.name}"), ledger
+                )
+            except NoBoundsFound:
+                failed.append(spec.name)
+                continue
             if spec.kind == "integer":  # whole numbers; the released upper edge is exclusive
                 lo, hi = math.ceil(lo), max(math.ceil(hi) - 1, math.ceil(lo))
             spec = replace(spec, lower=lo, upper=hi, source="dp_estimate")
             notices.append(estimated_notice(spec.name, eps, lo, hi))
         done.append(spec)
+    if failed:  # all estimates have the same epsilon (`plan_budget`)
+        raise DataError(no_bounds_message(failed, budget.bounds[failed[0]], ledger.relation))
     return done, notices
 
 

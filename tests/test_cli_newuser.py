@@ -149,3 +149,41 @@ def test_outputs_keep_the_input_column_order(runner, tmp_path):
     assert done.exit_code == 0, done.output
     release = pd.read_parquet(tmp_path / "r" / "release-000000000256.parquet")
     assert release.columns.tolist() == ["a", "b", "c"]
+
+
+# --------------------------------------------------------------------------- 4: text columns
+
+
+def test_every_failed_bounds_estimate_is_named_with_how_to_declare_text(runner, tmp_path):
+    """The headline command on a table with a text column: no row has a number in every
+    column, so every estimate finds nothing; the one error names them all, says why (a text
+    column leaves no complete row), how to declare text, and points to `schema draft`."""
+    rng = np.random.default_rng(1)
+    frame = pd.DataFrame(
+        {"carat": rng.random(3000), "cut": rng.choice(["Good", "Ideal"], 3000), "depth": 60.0}
+    )
+    frame.to_csv(tmp_path / "d.csv", index=False)
+    result = invoke(runner, "synth", tmp_path / "d.csv", "--eps", 1, "--dim", "auto", "--seed", 3)
+    line = one_line_error(result, 1)
+    assert "3 columns have no bounds ('carat', 'cut', 'depth')" in line
+    assert "category with its 'levels'" in line and "dpsynth schema draft" in line
+    assert "a number in every chosen column" in line
+    assert "--bounds cut=" not in line  # no column is blamed or given a flag it cannot take
+
+
+def test_suggested_flags_quote_names_with_spaces(runner, tmp_path):
+    (tmp_path / "d.csv").write_text("bill length,b\n" + "x,1\n" * 5)
+    result = invoke(runner, "synth", tmp_path / "d.csv", "--eps", 1, "--columns", "bill length")
+    assert "--bounds 'bill length=LOWER:UPPER'" in one_line_error(result, 1)
+    result = invoke(
+        runner,
+        "synth",
+        tmp_path / "d.csv",
+        "--eps",
+        1,
+        "--columns",
+        "bill length",
+        "--bounds-eps",
+        0,
+    )
+    assert "--bounds 'bill length=LOWER:UPPER'" in one_line_error(result, 2)

@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from dpsynth_cli import __version__
-from dpsynth_cli.domain import ColumnSpec, Domain
+from dpsynth_cli.domain import ColumnSpec, Domain, bounds_flag
 from dpsynth_cli.errors import PrivacyRefusal, UsageError
 from dpsynth_cli.io import FORMATS, atomic_write_bytes, write_outputs
 from dpsynth_cli.online import state as state_io
@@ -125,8 +125,8 @@ def plan_for(options: ReplayOptions, specs: list[ColumnSpec]) -> OnlinePlan:
     missing = [s.name for s in specs if not s.has_bounds]
     if missing:
         raise UsageError(
-            f"online-replay needs declared bounds for every column: add --bounds "
-            f"{missing[0]}=LOWER:UPPER or --schema (no DP estimate on a stream)"
+            f"online-replay needs declared bounds for every column: add "
+            f"{bounds_flag(missing[0])} or --schema (no DP estimate on a stream)"
         )
     if not specs:
         raise UsageError("online-replay needs at least one column")
