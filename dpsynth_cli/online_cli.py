@@ -234,7 +234,7 @@ def online_replay(
                 command=["dpsynth", *sys.argv[1:]],
                 progress=feedback.counter("replaying the stream"),
             )
-    for notice in result.notices:
+    for notice in result.notices + vacuous_notice(result.report):
         feedback.notice(notice)
     if seed is None and result.report["seeded"]:
         feedback.warning(f"the state was started by a --seed run: {report.NOT_FOR_RELEASE}")
@@ -248,6 +248,23 @@ def online_replay(
             markup=False,
             highlight=False,
         )
+
+
+def vacuous_notice(report: dict) -> list[str]:
+    """Once per run, in plain words, when this run's releases carry a vacuous a-priori bound
+    (the report's `"vacuous": true`): a function of the public checkpoints and plan only."""
+    this_run = set(report["checkpoints_this_run"])
+    vacuous = [
+        c["rows"] for c in report["checkpoints"] if c["rows"] in this_run and c.get("vacuous")
+    ]
+    if not vacuous:
+        return []
+    which = "every release" if len(vacuous) == len(this_run) else f"{len(vacuous)} releases"
+    return [
+        f"{which} of this run (up to {max(vacuous)} rows) has a vacuous a-priori W1 bound "
+        '(>= 1, the report\'s "vacuous": true): at those stream lengths the releases are '
+        "mostly noise; later checkpoints, a larger --eps or fewer columns help"
+    ]
 
 
 # The privacy model is part of the interface: --help shows the text the report carries.

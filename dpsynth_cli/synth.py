@@ -33,7 +33,7 @@ from dpsynth_cli.mechanisms.bounds import (
     histograms,
     no_bounds_message,
 )
-from dpsynth_cli.mechanisms.count import noisy_count
+from dpsynth_cli.mechanisms.count import empty_floor, noisy_count
 from dpsynth_cli.privacy.ledger import Ledger, check_epsilon, round_down
 from dpsynth_cli.privacy.noise import RandomSource
 from dpsynth_cli.uniformity import signal_block, weak_guarantee_notice
@@ -274,7 +274,14 @@ def synthesize(
         run = replace(run, output=run.output.map(domain.cube_to_unit, len(specs)))
     sample = next(run.output.batches(SIGNAL_ROWS))  # all points when they fit
     sample = np.where(np.isnan(sample), 1.0, sample)  # a missing value where `to_unit` puts it
-    signal, signal_notices = signal_block(sample, [s.name for s in specs], run.w1_bound)
+    signal, signal_notices = signal_block(
+        sample,
+        [s.name for s in specs],
+        run.w1_bound,
+        noisy_rows=n_hat,
+        empty_floor=empty_floor(budget.count),
+        eps_rows=float(budget.mechanism) * n_hat,
+    )
     notices += weak_guarantee_notice(options.epsilon) + signal_notices
     result = SynthResult(domain, budget, ledger, run, n_hat, signal, notices=notices)
     if options.diagnostics:

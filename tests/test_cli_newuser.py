@@ -187,3 +187,40 @@ def test_suggested_flags_quote_names_with_spaces(runner, tmp_path):
         0,
     )
     assert "--bounds 'bill length=LOWER:UPPER'" in one_line_error(result, 2)
+
+
+# --------------------------------------------------------------------------- 1: near-empty
+
+
+@pytest.mark.parametrize("body", ["", "x,y\n" * 40], ids=["header only", "every row dropped"])
+def test_a_release_within_the_noise_of_an_empty_table_says_so(runner, tmp_path, body):
+    (tmp_path / "d.csv").write_text("a,b\n" + body)
+    out = tmp_path / "o.csv"
+    args = ["--eps", 1, "--bounds", "a=0:1", "--bounds", "b=0:1", "--seed", 1, "-o", out]
+    result = invoke(runner, "synth", tmp_path / "d.csv", *args)
+    assert result.exit_code == 0, result.output
+    assert "the release is mostly noise" in result.stderr
+    signal = json.loads((tmp_path / "o.csv.report.json").read_text())["accuracy"]["signal"]
+    assert signal["mostly_noise"] is True and signal["little_signal"] is True
+    # the floor is public: eps of the count (5% of 1) -> scale 20 -> ceil(20 ln 100) = 93
+    assert signal["empty_table_floor"] == 93
+
+
+def test_a_release_with_rows_is_not_called_noise(runner, small_csv, tmp_path):
+    out = tmp_path / "o.csv"
+    args = ["--eps", 1, "--bounds", "age=0:100", "--bounds", "score=0:1", "-o", out]
+    result = invoke(runner, "synth", small_csv, *args)
+    assert result.exit_code == 0 and "mostly noise" not in result.stderr
+    signal = json.loads((tmp_path / "o.csv.report.json").read_text())["accuracy"]["signal"]
+    assert signal["mostly_noise"] is False
+
+
+def test_online_replay_says_when_its_bounds_are_vacuous(runner, tmp_path):
+    pd.DataFrame({"a": np.linspace(0, 1, 300)}).to_csv(tmp_path / "d.csv", index=False)
+    args = ["online-replay", tmp_path / "d.csv", "--eps", 1, "--bounds", "a=0:1", "--seed", 1]
+    result = invoke(runner, *args, "--out-dir", tmp_path / "r")
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "r" / "online-replay.report.json").read_text())
+    assert all(c["vacuous"] for c in report["checkpoints"])
+    assert result.stderr.count("vacuous a-priori W1 bound") == 1
+    assert "every release of this run (up to 256 rows)" in result.stderr
