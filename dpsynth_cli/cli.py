@@ -178,11 +178,16 @@ def synth(
         out_fmt = io.part_directory_format(output, output_format)
     else:
         out_fmt = io.detect_format(output, output_format)
-    report_file = report_path or (None if output == "-" else output.rstrip("/") + ".report.json")
+    report_file = report.report_path(report_path, output)
     if dry_run:
         plan = _dry_run_plan(options, declared.names, declared.schema, declared.bounds)
         io.write_text_stdout(report.dumps(plan))
         return
+    plan_budget(options, [])  # --eps, --rows, --mechanism: usage errors before any row is read
+    if diagnostics == "-":
+        raise UsageError("--diagnostics needs a FILE: it is not private and never goes to stdout")
+    table = [] if engine == "dask" else [output]  # a part directory is checked by _check_engine
+    io.check_outputs([*table, report_file, diagnostics], input)
     if seed is not None:
         feedback.warning(f"--seed given: {report.NOT_FOR_RELEASE}")
     with feedback.step("reading input"):
@@ -225,11 +230,7 @@ def synth(
         )
         # Parquet carries the mark of a seeded run in the file itself (CSV cannot)
         mark = {"dpsynth.release": report.NOT_FOR_RELEASE} if seed is not None else None
-        extra = {
-            p: report.dumps(c)
-            for p, c in ((report_file, public), (diagnostics, result.diagnostics))
-            if p
-        }
+        extra = report.files({report_file: public, diagnostics: result.diagnostics})
         if cluster is not None:
             plan = result.plan(read.batch_rows)
             with feedback.step("writing part files on the cluster"):
@@ -243,7 +244,9 @@ def synth(
                 schema=result.domain.output_schema(mark),
                 extra=extra,
             )
-    if report_file is None:
+    if report_file == "-":  # after the files: a reader of stdout may stop at any time
+        io.write_text_stdout(report.dumps(public))
+    elif report_file is None:
         feedback.notice(
             "no report written (the output went to stdout): add --report FILE to keep it"
         )

@@ -62,6 +62,7 @@ __all__ = [
     "atomic_directory",
     "atomic_output",
     "atomic_write_bytes",
+    "check_outputs",
     "check_part_directory",
     "default_batch_rows",
     "detect_format",
@@ -1350,15 +1351,9 @@ def write_outputs(
     if fmt not in FORMATS:
         raise UsageError(f"unknown output format '{fmt}' (expected csv or parquet)")
     extras = dict(extra or {})
-    files = ([] if path == STDIO else [path]) + list(extras)
-    for out in files:
-        if out == STDIO:
-            raise UsageError("only the table can be written to stdout ('-')")
-        _refuse_input(out, input_path)
-        _check_output_path(out)
-    resolved = [os.path.realpath(p) for p in files]
-    if len(set(resolved)) != len(resolved):
-        raise UsageError(f"two outputs would be written to the same file ({', '.join(files)})")
+    if STDIO in extras:
+        raise UsageError("only the table can be written to stdout ('-')")
+    _check_paths([path, *extras], input_path)
     pieces, schema = _pieces(data, schema)
     with contextlib.ExitStack() as keep:
         staged: BinaryIO | None = None
@@ -1384,6 +1379,52 @@ def write_outputs(
                 _write_stdout(iter(lambda: staged.read(_SPOOL_CHUNK), b""))
             else:
                 _write_stdout(_serialise(pieces, schema, path, fmt))
+
+
+def check_outputs(paths: Iterable[str | None], input_path: str | None) -> None:
+    """Refuse, before any data is read, outputs that could not be written at the end: a missing
+    directory, a directory as a file's name, the input, two outputs on one file (usage errors),
+    a directory where no file can be created or a closed stdout (data errors, as when the
+    write itself fails). `paths` may hold None (an output not asked for) and "-" (stdout)."""
+    wanted = [p for p in paths if p is not None]
+    _check_paths(wanted, input_path)
+    for out in dict.fromkeys(wanted):
+        if out == STDIO:
+            if sys.stdout is None:
+                raise DataError(_STDOUT_CLOSED)
+        else:
+            _probe_directory(out)
+
+
+def _check_paths(paths: list[str], input_path: str | None) -> None:
+    """The checks `write_outputs` and `check_outputs` share (stdout at most once)."""
+    files = [p for p in paths if p != STDIO]
+    if len(files) < len(paths) - 1:
+        raise UsageError("only one output can go to stdout ('-')")
+    for out in files:
+        _refuse_input(out, input_path)
+        _check_output_path(out)
+    resolved = [os.path.realpath(p) for p in files]
+    if len(set(resolved)) != len(resolved):
+        raise UsageError(f"two outputs would be written to the same file ({', '.join(files)})")
+
+
+def _probe_directory(path: str) -> None:
+    """Create and remove a temporary file where `atomic_output` will put `path`'s, so that a
+    read-only directory fails now rather than after the work (named like `atomic_output`'s
+    temporary files, so a run killed in between leaves nothing a later run keeps)."""
+    target, directory = _check_output_path(path)
+    _set_signals_blocked(True)
+    try:
+        fd, tmp = tempfile.mkstemp(
+            dir=directory, prefix=f"{_temp_prefix(target)}{os.getpid()}-", suffix=".tmp"
+        )
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise DataError(f"cannot write {path}: {_reason(exc)}") from None
+    finally:
+        _set_signals_blocked(False)
 
 
 def _encoded(content: Content) -> bytes:
@@ -1588,7 +1629,12 @@ class _Collector:
         return data
 
 
+_STDOUT_CLOSED = f"cannot write {STDOUT_NAME}: it is closed (give -o FILE, or redirect it)"
+
+
 def _write_stdout(chunks: Iterable[bytes | pa.Buffer]) -> None:
+    if sys.stdout is None:  # started with stdout closed (`>&-`): Python then has no sys.stdout
+        raise DataError(_STDOUT_CLOSED)
     out = getattr(sys.stdout, "buffer", None)
     if out is None:
         raise DataError(f"cannot write binary data to {STDOUT_NAME}")

@@ -109,8 +109,8 @@ Report = Annotated[
     _opt(
         "--report",
         metavar="FILE",
-        help="Where to write the JSON report, e.g. --report run.json "
-        "(default: OUTPUT.report.json next to a file output; none for stdout).",
+        help="Where to write the JSON report, e.g. --report run.json, or --report - for stdout "
+        "(with -o FILE) (default: OUTPUT.report.json next to a file output; none for stdout).",
     ),
 ]
 Quiet = Annotated[

@@ -107,7 +107,8 @@ def pca(
     declared = declare_columns(columns, schema, bounds)
     in_fmt = io.detect_format(input, input_format)
     out_fmt = io.detect_format(output, output_format)
-    report_file = report_path or (None if output == "-" else output + ".report.json")
+    report_file = report.report_path(report_path, output)
+    io.check_outputs([output, report_file], input)  # before any row is read
     if seed is not None:
         feedback.warning(f"--seed given: {report.NOT_FOR_RELEASE}")
     with feedback.step("reading input"):
@@ -149,9 +150,11 @@ def pca(
         output,
         out_fmt,
         input_path=input,
-        extra={report_file: report.dumps(public)} if report_file else None,
+        extra=report.files({report_file: public}),
     )
-    if report_file is None:
+    if report_file == "-":  # after the files: a reader of stdout may stop at any time
+        io.write_text_stdout(report.dumps(public))
+    elif report_file is None:
         feedback.notice("no report written (the output went to stdout): add --report FILE")
     _summary(feedback, public, output, report_file)
 
@@ -193,8 +196,9 @@ def _summary(feedback: Feedback, public: dict, output: str, report_file: str | N
     if not feedback.interactive:
         return
     ledger = public["privacy"]
+    where = {None: "(not written)", "-": "stdout"}.get(report_file, report_file)
     feedback.console.print(
         f"dpsynth pca: {public['k']} components by {public['method']}, epsilon "
         f"{ledger['total_epsilon']:.6g}, delta {ledger.get('total_delta', 0.0):.3g}; output "
-        f"{'stdout' if output == '-' else output}; report {report_file or '(not written)'}"
+        f"{'stdout' if output == '-' else output}; report {where}"
     )

@@ -4,8 +4,10 @@ flags and streams, late errors, formats, limits, help texts, exit status and col
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pandas as pd
@@ -224,3 +226,75 @@ def test_online_replay_says_when_its_bounds_are_vacuous(runner, tmp_path):
     assert all(c["vacuous"] for c in report["checkpoints"])
     assert result.stderr.count("vacuous a-priori W1 bound") == 1
     assert "every release of this run (up to 256 rows)" in result.stderr
+
+
+# --------------------------------------------------------------------------- 5: outputs first
+
+# A CSV whose third line is malformed: reading its rows fails, so an output error reported for
+# it was found before any row was read.
+BAD_ROWS = "a,b\n1,2\n3,4,5\n"
+
+
+@pytest.mark.parametrize("command", ["synth", "pca"])
+def test_output_paths_are_checked_before_any_row_is_read(runner, tmp_path, command):
+    data = tmp_path / "d.csv"
+    data.write_text(BAD_ROWS)
+    flags = ["--eps", 1, "--bounds", "a=0:5", "--bounds", "b=0:5"]
+    flags += ["-k", 1] if command == "pca" else []
+    missing = invoke(runner, command, data, *flags, "-o", tmp_path / "nowhere" / "o.csv")
+    assert "directory" in one_line_error(missing, 2) and "does not exist" in missing.stderr
+    onto = invoke(runner, command, data, *flags, "-o", data)
+    assert "refusing to overwrite the input" in one_line_error(onto, 2)
+    same = invoke(
+        runner, command, data, *flags, "-o", tmp_path / "o.csv", "--report", tmp_path / "o.csv"
+    )
+    assert "same file" in one_line_error(same, 2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.csv"]
+
+
+def test_a_read_only_output_directory_fails_before_the_work(runner, tmp_path, monkeypatch):
+    """A directory where no file can be created: by its mode, or (root may write anywhere) by
+    the operating system's refusal to create the temporary file there."""
+    (tmp_path / "d.csv").write_text(BAD_ROWS)
+    read_only = tmp_path / "ro"
+    read_only.mkdir(mode=0o555)
+    if os.geteuid() == 0:
+        make = tempfile.mkstemp
+
+        def refuse(*args, dir=None, **kwargs):
+            if dir == str(read_only):
+                raise PermissionError(13, "Permission denied")
+            return make(*args, dir=dir, **kwargs)
+
+        monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    out = read_only / "o.csv"
+    result = invoke(runner, "synth", tmp_path / "d.csv", "--eps", 1, "--bounds", "a=0:5", "-o", out)
+    assert one_line_error(result, 1).endswith(f"cannot write {out}: Permission denied")
+    assert os.listdir(read_only) == []
+
+
+# --------------------------------------------------------------------------- 6: formats, stdio
+
+
+def test_report_to_stdout_with_a_file_output(runner, small_csv, tmp_path):
+    args = ["--eps", 1, "--bounds", "age=0:100", "--bounds", "score=0:1", "-q"]
+    done = invoke(runner, "synth", small_csv, *args, "-o", tmp_path / "o.csv", "--report", "-")
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout)["output"]["path"] == str(tmp_path / "o.csv")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.csv", "small.csv"]
+    both = invoke(runner, "synth", small_csv, *args, "--report", "-")
+    assert "both go to stdout" in one_line_error(both, 2)
+    pca = invoke(
+        runner, "pca", small_csv, *args, "-k", 1, "-o", tmp_path / "k.csv", "--report", "-"
+    )
+    assert pca.exit_code == 0 and json.loads(pca.stdout)["k"] == 1
+
+
+def test_a_closed_stdout_is_named_before_the_work(small_csv):
+    cmd = f"'{sys.executable}' -m dpsynth_cli synth '{small_csv}' --eps 1 --bounds age=0:100 >&-"
+    done = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, check=False)
+    assert done.returncode == 1
+    assert done.stderr.endswith(
+        "dpsynth: error: cannot write <stdout>: it is closed (give -o FILE, or redirect it)\n"
+    )
+    assert "left out" not in done.stderr  # refused before the input was opened
