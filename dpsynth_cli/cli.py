@@ -149,6 +149,7 @@ def synth(
     output_format: opt.OutputFormat = None,
     columns: opt.Columns = None,
     no_header: opt.NoHeader = False,
+    delimiter: opt.Delimiter = None,
     bounds: opt.Bounds = None,
     integer: opt.Integer = None,
     schema: opt.Schema = None,
@@ -192,7 +193,12 @@ def synth(
         feedback.warning(f"--seed given: {report.NOT_FOR_RELEASE}")
     with feedback.step("reading input"):
         read = io.open_input(
-            input, in_fmt, declared.names, header=not no_header, batch_rows=batch_rows
+            input,
+            in_fmt,
+            declared.names,
+            header=not no_header,
+            batch_rows=batch_rows,
+            delimiter=io.delimiter_flag(delimiter),
         )
     choice = declared.resolve(read.schema, typed=in_fmt == "parquet", all_columns=read.all_columns)
     # nothing to tell who named them all
@@ -513,12 +519,13 @@ app.add_typer(schema_app, name="schema")
 def schema_draft(
     input: opt.Input,
     input_format: opt.InputFormat = None,
+    delimiter: opt.Delimiter = None,
 ) -> None:
     """Write a starting schema for INPUT to stdout: column names, and the types a Parquet file
     declares; types of CSV columns, bounds and category levels are left as FILL IN placeholders
     (reading them from the values would not be private). No row is read."""
     fmt = io.detect_format(input, input_format)
-    with io.open_input(input, fmt, None) as read:
+    with io.open_input(input, fmt, None, delimiter=io.delimiter_flag(delimiter)) as read:
         drafted = draft(read.schema, typed=fmt == "parquet")
     io.write_text_stdout(report.dumps(drafted))
 

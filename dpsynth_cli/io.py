@@ -62,6 +62,7 @@ __all__ = [
     "atomic_directory",
     "atomic_output",
     "atomic_write_bytes",
+    "check_delimiter",
     "check_outputs",
     "check_part_directory",
     "default_batch_rows",
@@ -124,7 +125,9 @@ class OutputClosed(Exception):
 
 
 def detect_format(path: str, override: str | None, *, flag: str | None = None) -> str:
-    """Return "csv" or "parquet" for `path`: `override` wins, then the extension; "-" is CSV.
+    """Return "csv" or "parquet" for `path`: `override` wins, then the extension; "-" is CSV;
+    a directory whose files (not hidden) end in Parquet extensions only, or CSV ones only, has
+    their format.
 
     `flag` names the option that overrides it (e.g. "--input-format") in the error message.
     """
@@ -143,8 +146,16 @@ def detect_format(path: str, override: str | None, *, flag: str | None = None) -
         if lower.endswith(ext):
             return fmt
     if os.path.isdir(path):
+        found = [
+            f
+            for f, ends in (("parquet", _PARQUET_SUFFIXES), ("csv", _CSV_SUFFIXES))
+            if _directory_files(path, ends)
+        ]
+        if len(found) == 1:  # a directory of Parquet (or CSV) parts: their names say it
+            return found[0]
+        what = "both Parquet and CSV files" if found else "no .parquet or .csv files"
         raise UsageError(
-            f"{path} is a directory, not a file (for a directory of Parquet or CSV files as the "
+            f"{path} is a directory with {what} (for a directory of Parquet or CSV files as the "
             "input, give --input-format parquet or csv)"
         )
     flags = flag or "--input-format or --output-format"
@@ -215,6 +226,7 @@ def open_input(
     *,
     header: bool = True,
     batch_rows: int | None = None,
+    delimiter: str = ",",
 ) -> InputSource:
     """Open `path` ("-" = stdin) as `fmt` for reading in passes, only `columns` if given.
 
@@ -224,7 +236,9 @@ def open_input(
     (e.g. the parts `synth --engine dask` writes), each with the same header. Blank lines are
     skipped; a header-only CSV has 0 rows. `header=False` reads a CSV without a header line:
     `columns` then names every field in order. `batch_rows` defaults to
-    `default_batch_rows(number of columns)`.
+    `default_batch_rows(number of columns)`. `delimiter` separates a CSV's fields (one ASCII
+    character). Compressed bytes are recognised by their extension, or by gzip's or zstd's
+    magic bytes (a stream on stdin has no extension; neither can start UTF-8 text).
 
     stdin and other non-regular files (pipes such as <(zcat ...)) are copied once into an
     anonymous temporary file (in TMPDIR) so that every pass can read them again; it has no name,
@@ -241,6 +255,7 @@ def open_input(
         raise UsageError("--no-header is for CSV input and needs --columns naming every field")
     if batch_rows is not None and batch_rows < 1:
         raise UsageError("--batch-rows must be at least 1")
+    check_delimiter(delimiter, fmt)
     if fmt == "parquet" and path != STDIO and os.path.isdir(path):
         files = parquet_files(path)
         if not files:
@@ -251,7 +266,13 @@ def open_input(
         if not files:
             raise DataError(f"input {path} is a directory without .csv files")
         return _CsvParts(
-            path, [open_input(f, fmt, columns, header=header, batch_rows=batch_rows) for f in files]
+            path,
+            [
+                open_input(
+                    f, fmt, columns, header=header, batch_rows=batch_rows, delimiter=delimiter
+                )
+                for f in files
+            ],
         )
     codec = None if path == STDIO else _codec(path)
     if path == STDIO:
@@ -261,8 +282,11 @@ def open_input(
         name = path
         spool = None if _check_readable(path) else _Spool.of_file(path)
     try:
+        if codec is None and (fmt == "csv" or spool is not None):
+            codec = _sniffed_codec(spool, path)
         if fmt == "csv":
-            return _CsvSource(_ByteSource(name, path, spool, codec), columns, header, batch_rows)
+            data = _ByteSource(name, path, spool, codec)
+            return _CsvSource(data, columns, header, batch_rows, delimiter)
         if spool is not None and codec is not None:  # Parquet needs random access: spool it plain
             spool = spool.decompressed(codec, name)
         if spool is not None and spool.size == 0:
@@ -343,6 +367,48 @@ def _check_readable(path: str) -> bool:
 
 def _codec(path: str) -> str | None:
     return next((c for ext, c in _COMPRESSION.items() if path.lower().endswith(ext)), None)
+
+
+# Compressed streams recognised by their first bytes (RFC 1952, RFC 8878): neither can start
+# UTF-8 text, so a CSV is never mistaken for one.
+_MAGIC = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd"}
+
+
+def _sniffed_codec(spool: _Spool | None, path: str) -> str | None:
+    """The codec whose magic bytes start the input (stdin, a pipe, a file without a .gz
+    extension), or None; an unreadable file is reported later, where it is read."""
+    try:
+        if spool is not None:
+            with contextlib.closing(spool.reader()) as reader:
+                head = reader.read(4)
+        else:
+            with open(path, "rb") as fh:
+                head = fh.read(4)
+    except OSError:
+        return None
+    return next((codec for magic, codec in _MAGIC.items() if head.startswith(magic)), None)
+
+
+def check_delimiter(delimiter: str, fmt: str = "csv") -> str:
+    """--delimiter: one ASCII character other than a quote or a line end ('\\t' or 'tab' for a
+    tab), for CSV input only."""
+    if delimiter == ",":
+        return delimiter
+    if fmt != "csv":
+        raise UsageError("--delimiter is for CSV input")
+    if len(delimiter) != 1 or not delimiter.isascii() or delimiter in '"\r\n':
+        raise UsageError(
+            "--delimiter takes one character other than a quote or a line end, e.g. "
+            "--delimiter ';' (a tab: --delimiter tab)"
+        )
+    return delimiter
+
+
+def delimiter_flag(text: str | None) -> str:
+    """The --delimiter value as a character: 'tab' and '\\t' mean a tab; default a comma."""
+    if text is None:
+        return ","
+    return "\t" if text.strip().lower() in ("tab", "\\t") else text
 
 
 def _reason(exc: OSError) -> str:
@@ -606,7 +672,9 @@ class _Utf8:
 _OUT, _IN, _ESC = 0, 1, 2
 
 
-def _quote_steps(buf: np.ndarray, quotes: np.ndarray, prev: int, following: int) -> np.ndarray:
+def _quote_steps(
+    buf: np.ndarray, quotes: np.ndarray, prev: int, following: int, delimiter: int = _COMMA
+) -> np.ndarray:
     """Each quote's transition as a row [next state from _OUT, from _IN, from _ESC].
 
     pyarrow's rules: a quote opens a quoted field only at the start of a field (after a comma, a
@@ -620,7 +688,7 @@ def _quote_steps(buf: np.ndarray, quotes: np.ndarray, prev: int, following: int)
     after = np.empty(quotes.size, dtype=np.int16)
     after[:-1] = buf[quotes[:-1] + 1]
     after[-1] = buf[quotes[-1] + 1] if quotes[-1] + 1 < n else following
-    at_start = (before == _COMMA) | (before == _LF) | (before == _CR) | (before < 0)
+    at_start = (before == delimiter) | (before == _LF) | (before == _CR) | (before < 0)
     steps = np.empty((quotes.size, 3), dtype=np.uint8)
     steps[:, _OUT] = np.where(at_start, _IN, _OUT)
     steps[:, _IN] = np.where(after == _QUOTE, _ESC, _OUT)
@@ -647,12 +715,14 @@ def _prefix_states(steps: np.ndarray, start: int) -> np.ndarray:
     return done[:, start]
 
 
-def _quote_state(buf: np.ndarray, data: bytes, state: int, prev: int, following: int) -> int:
+def _quote_state(
+    buf: np.ndarray, data: bytes, state: int, prev: int, following: int, delimiter: int = _COMMA
+) -> int:
     """The quote state after `data`, from `state` at its start (the cheap check)."""
     if b'"' not in data:
         return state
     quotes = np.flatnonzero(buf == _QUOTE)
-    return int(_compose(_quote_steps(buf, quotes, prev, following))[state])
+    return int(_compose(_quote_steps(buf, quotes, prev, following, delimiter))[state])
 
 
 @dataclass
@@ -680,8 +750,9 @@ class _CsvScan:
         pos: int = 0,
         state: int = _OUT,
         prev: int = -1,
+        delimiter: int = _COMMA,
     ) -> None:
-        self.block, self.want = block, want
+        self.block, self.want, self.delimiter = block, want, delimiter
         self.pos, self.state, self.prev = pos, state, prev
         self.lines = 0  # line ends before pos
         self.records = 0  # non-blank records ended before pos
@@ -716,7 +787,7 @@ class _CsvScan:
                 self.bad_utf8_line = self.lines + int(np.searchsorted(ends, bad - pos)) + 1
         quotes = np.flatnonzero(buf == _QUOTE) if b'"' in data else buf[:0]
         if quotes.size:
-            steps = _quote_steps(buf, quotes, self.prev, following)
+            steps = _quote_steps(buf, quotes, self.prev, following, self.delimiter)
             after = _prefix_states(steps, self.state)
             before = np.concatenate([[self.state], after[:-1]])
             k = np.searchsorted(quotes, ends)
@@ -789,9 +860,9 @@ class _CsvFeed(pyio.RawIOBase):
     header-only file without a final line end gets one (pyarrow needs it).
     """
 
-    def __init__(self, blocks: _CsvBlocks, block: int) -> None:
+    def __init__(self, blocks: _CsvBlocks, block: int, delimiter: int = _COMMA) -> None:
         super().__init__()
-        self._blocks, self._block = blocks.blocks(), block
+        self._blocks, self._block, self._delimiter = blocks.blocks(), block, delimiter
         self._cur, self._at, self._done = b"", 0, False
         self._state, self._prev = _OUT, -1
         self._utf8 = _Utf8()
@@ -831,7 +902,13 @@ class _CsvFeed(pyio.RawIOBase):
             bad = self._utf8.check(data, pos, final=following < 0)
             if bad is not None:
                 self.bad_utf8 = True
-                scan = _CsvScan(self._block, pos=pos, state=self._state, prev=self._prev)
+                scan = _CsvScan(
+                    self._block,
+                    pos=pos,
+                    state=self._state,
+                    prev=self._prev,
+                    delimiter=self._delimiter,
+                )
                 self._cutter = (scan, bad)
         out = data
         if self._cutter is not None:
@@ -844,7 +921,9 @@ class _CsvFeed(pyio.RawIOBase):
             out = _masked_from(out, bad - pos)
         else:
             buf = np.frombuffer(data, dtype=np.uint8)
-            self._state = _quote_state(buf, data, self._state, self._prev, following)
+            self._state = _quote_state(
+                buf, data, self._state, self._prev, following, self._delimiter
+            )
             self._prev = data[-1]
             if following < 0:
                 self.unterminated = self._state != _OUT
@@ -882,9 +961,11 @@ class _CsvSource(InputSource):
         columns: list[str] | None,
         header: bool,
         batch_rows: int | None,
+        delimiter: str = ",",
     ) -> None:
         super().__init__(data.spool)
         self._data, self.name, self._header = data, data.name, header
+        self._sep = ord(delimiter)
         self._block = CSV_BLOCK_BYTES
         names = self._first_names()
         if header:
@@ -895,7 +976,7 @@ class _CsvSource(InputSource):
                     "every field"
                 )
             wanted = names if columns is None else list(columns)
-            _check_columns(wanted, names, self.name)
+            _check_columns(wanted, names, self.name, csv_delimiter=delimiter)
         else:
             assert columns is not None
             if len(set(columns)) != len(columns):
@@ -921,7 +1002,7 @@ class _CsvSource(InputSource):
         )
         invalid: list[tuple[int | None, int, int]] = []
         with self._data.open() as raw:
-            feed = _CsvFeed(_CsvBlocks(raw, self.name, self._block), self._block)
+            feed = _CsvFeed(_CsvBlocks(raw, self.name, self._block), self._block, self._sep)
             names = None if self._header else self.all_columns
             reader, failed = self._reader(feed, invalid, convert, names), False
             out = _Rebatch(self.batch_rows)
@@ -970,7 +1051,9 @@ class _CsvSource(InputSource):
                     autogenerate_column_names=not self._header and not names,
                 ),
                 parse_options=pacsv.ParseOptions(
-                    newlines_in_values=True, invalid_row_handler=on_invalid
+                    delimiter=chr(self._sep),
+                    newlines_in_values=True,
+                    invalid_row_handler=on_invalid,
                 ),
                 convert_options=convert,
             )
@@ -984,7 +1067,7 @@ class _CsvSource(InputSource):
         finds the first one in the file.
         """
         with self._data.open() as raw:
-            feed = _CsvFeed(_CsvBlocks(raw, self.name, self._block), self._block)
+            feed = _CsvFeed(_CsvBlocks(raw, self.name, self._block), self._block, self._sep)
             reader = self._reader(feed, [], None)
             names = None
             if reader is not None:
@@ -1003,7 +1086,7 @@ class _CsvSource(InputSource):
         invalid: list[tuple[int | None, int, int]] = []
         nothing = pacsv.ConvertOptions(include_columns=[_NO_COLUMN], include_missing_columns=True)
         with self._data.open() as raw:
-            feed = _CsvFeed(_CsvBlocks(raw, self.name, self._block), self._block)
+            feed = _CsvFeed(_CsvBlocks(raw, self.name, self._block), self._block, self._sep)
             reader, failed = self._reader(feed, invalid, nothing), False
             if reader is not None:
                 try:
@@ -1024,7 +1107,7 @@ class _CsvSource(InputSource):
         number, expected, actual = invalid[0] if invalid else (None, 0, 0)
         with self._data.open() as raw:
             blocks = _CsvBlocks(raw, self.name, self._block)
-            scan = _CsvScan(self._block, want=number, utf8=True)
+            scan = _CsvScan(self._block, want=number, utf8=True, delimiter=self._sep)
             for data, _, following in blocks.blocks():
                 scan.feed(data, following)
                 if number is not None and scan.want_ended:
@@ -1082,18 +1165,33 @@ class _Rebatch:
         self._parts, self._count = [], 0
 
 
-def _check_columns(wanted: list[str], available: list[str], name: str) -> None:
-    """Every wanted column exists exactly once in `available`, and none is wanted twice."""
+def _check_columns(
+    wanted: list[str], available: list[str], name: str, csv_delimiter: str | None = None
+) -> None:
+    """Every wanted column exists exactly once in `available`, and none is wanted twice. For a
+    CSV whose header is one field holding another common separator, the error says which
+    --delimiter would split it."""
     counts = Counter(available)
     for col in wanted:
         if col not in counts:
             raise UsageError(
                 f"column '{col}' not found in {name} (available: {_names_list(available)})"
+                + _delimiter_hint(available, csv_delimiter)
             )
         if counts[col] > 1:
             raise DataError(f"column name '{col}' appears more than once in the header of {name}")
     if len(set(wanted)) != len(wanted):
         raise UsageError("a column is requested more than once")
+
+
+def _delimiter_hint(header: list[str], delimiter: str | None) -> str:
+    if delimiter is None or len(header) != 1:
+        return ""
+    for sep, flag in ((";", "';'"), ("\t", "tab"), ("|", "'|'"), (",", "','")):
+        if sep != delimiter and sep in header[0]:
+            shown = "a tab" if sep == "\t" else f"'{sep}'"
+            return f"; the header is one field holding {shown}: give --delimiter {flag}"
+    return ""
 
 
 def _names_list(names: list[str], limit: int = 30) -> str:

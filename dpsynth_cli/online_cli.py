@@ -175,6 +175,7 @@ def online_replay(
     input_format: opt.InputFormat = None,
     columns: opt.Columns = None,
     no_header: opt.NoHeader = False,
+    delimiter: opt.Delimiter = None,
     bounds: opt.Bounds = None,
     integer: opt.Integer = None,
     schema: opt.Schema = None,
@@ -212,7 +213,9 @@ def online_replay(
     if seed is not None:
         feedback.warning(f"--seed given: {report.NOT_FOR_RELEASE}")
     extra = [order_by] if order_by is not None and order_by not in declared.names else []
-    with io.open_input(input, in_fmt, declared.names + extra, header=not no_header) as read:
+    names = declared.names + extra
+    sep = io.delimiter_flag(delimiter)
+    with io.open_input(input, in_fmt, names, header=not no_header, delimiter=sep) as read:
         typed = in_fmt == "parquet"
         specs = declared.resolve(
             read.schema, typed=typed, all_columns=read.all_columns, numbers_only="online-replay"

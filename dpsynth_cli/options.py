@@ -65,6 +65,15 @@ NoHeader = Annotated[
         "--no-header --columns age,income.",
     ),
 ]
+Delimiter = Annotated[
+    str | None,
+    _opt(
+        "--delimiter",
+        metavar="CHAR",
+        help="The character between a CSV input's fields, e.g. --delimiter ';' (tab: --delimiter "
+        "tab). Default: a comma. CSV outputs always use commas.",
+    ),
+]
 Integer = Annotated[
     str | None,
     _opt(

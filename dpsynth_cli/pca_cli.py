@@ -87,6 +87,7 @@ def pca(
     output_format: opt.OutputFormat = None,
     columns: opt.Columns = None,
     no_header: opt.NoHeader = False,
+    delimiter: opt.Delimiter = None,
     bounds: opt.Bounds = None,
     schema: opt.Schema = None,
     neighboring: opt.Neighboring = "add-remove",
@@ -112,7 +113,13 @@ def pca(
     if seed is not None:
         feedback.warning(f"--seed given: {report.NOT_FOR_RELEASE}")
     with feedback.step("reading input"):
-        read = io.open_input(input, in_fmt, declared.names, header=not no_header)
+        read = io.open_input(
+            input,
+            in_fmt,
+            declared.names,
+            header=not no_header,
+            delimiter=io.delimiter_flag(delimiter),
+        )
     with read:
         typed = in_fmt == "parquet"
         choice = declared.resolve(

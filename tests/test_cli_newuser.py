@@ -298,3 +298,44 @@ def test_a_closed_stdout_is_named_before_the_work(small_csv):
         "dpsynth: error: cannot write <stdout>: it is closed (give -o FILE, or redirect it)\n"
     )
     assert "left out" not in done.stderr  # refused before the input was opened
+
+
+def test_a_directory_of_parquet_parts_needs_no_input_format(runner, tmp_path):
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    for i in range(2):
+        pd.DataFrame({"a": np.linspace(0, 1, 200)}).to_parquet(parts / f"p{i}.parquet")
+    out = tmp_path / "o.csv"
+    done = invoke(runner, "synth", parts, "--eps", 1, "--bounds", "a=0:1", "-o", out, "-q")
+    assert done.exit_code == 0, done.output
+    (parts / "x.csv").write_text("a\n1\n")
+    mixed = invoke(runner, "synth", parts, "--eps", 1, "--bounds", "a=0:1", "-o", out)
+    assert "--input-format" in one_line_error(mixed, 2)
+
+
+def test_a_gzip_stream_on_stdin_is_decompressed(small_csv):
+    cmd = f"gzip -c '{small_csv}' | '{sys.executable}' -m dpsynth_cli synth - --eps 1 "
+    cmd += "--bounds age=0:100 --bounds score=0:1 --seed 1 -q"
+    done = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == '"age","score"'
+
+
+def test_a_semicolon_file_gets_a_hint_and_reads_with_delimiter(runner, tmp_path):
+    data = tmp_path / "d.csv"
+    data.write_text("age;income;ward\n" + "".join(f"{i % 90};{i * 10};a\n" for i in range(300)))
+    flags = ["--eps", 1, "--bounds", "age=0:100", "-q"]
+    line = one_line_error(invoke(runner, "synth", data, *flags), 2)
+    assert line.endswith("the header is one field holding ';': give --delimiter ';'")
+    out = tmp_path / "o.csv"
+    done = invoke(runner, "synth", data, *flags, "--delimiter", ";", "-o", out)
+    assert done.exit_code == 0, done.output
+    assert pd.read_csv(out).columns.tolist() == ["age"]
+    draft = invoke(runner, "schema", "draft", data, "--delimiter", ";")
+    assert list(json.loads(draft.stdout)["columns"]) == ["age", "income", "ward"]
+    # a quote opens a field after the delimiter, so the line numbers of errors stay right
+    data.write_text('a;b\n1;"x\n2;3\n')
+    bad = invoke(runner, "synth", data, "--eps", 1, "--bounds", "a=0:9", "--delimiter", ";")
+    assert "line 2: unterminated quoted field" in one_line_error(bad, 1)
+    wrong = invoke(runner, "synth", data, "--eps", 1, "--delimiter", '"')
+    assert "--delimiter" in one_line_error(wrong, 2)
