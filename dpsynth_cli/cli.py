@@ -66,8 +66,17 @@ def _one_line_usage_errors() -> Iterator[None]:
         raise typer.Exit(exc.exit_code) from None
 
 
+# What a script sees: the exit status of every command (README, "Exit status").
+EXIT_STATUS = (
+    "Exit status: 0 done (also when a reader of stdout stops early), 1 data or runtime error, "
+    "2 usage error, 3 refused (privacy budget or --state conflict), 130/143 stopped by Ctrl-C "
+    "or SIGTERM (nothing written)."
+)
+
+
 app = typer.Typer(
     name="dpsynth",
+    epilog=EXIT_STATUS,
     cls=_OneLineErrors,
     help="Differentially private synthetic data with provable 1-Wasserstein accuracy.",
     no_args_is_help=True,
@@ -128,8 +137,9 @@ def guarded(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _examples(*commands: str) -> str:
-    """An epilog of example commands, one a line (click's \\b keeps it from re-wrapping)."""
-    return "Examples:\n\n\b\n" + "\n".join(f"  {c}" for c in commands)
+    """An epilog of example commands, one a line (click's \\b keeps it from re-wrapping), and
+    the exit status."""
+    return "Examples:\n\n\b\n" + "\n".join(f"  {c}" for c in commands) + "\n\n" + EXIT_STATUS
 
 
 @app.command(
@@ -503,6 +513,7 @@ app.command(epilog=_examples(*online_cli.EXAMPLES))(guarded(online_cli.online_re
 schema_app = typer.Typer(
     cls=_OneLineErrors,
     help="Schema files: column types, bounds and levels (public declarations).",
+    epilog=EXIT_STATUS,
     no_args_is_help=True,
 )
 app.add_typer(schema_app, name="schema")

@@ -184,9 +184,8 @@ def online_replay(
 ) -> None:
     """Replay INPUT's rows in order as a stream and release DP synthetic data at checkpoints.
 
-    All releases of the stream, in this run and in every later run that continues --state, are
-    together eps-DP (dissertation ch. 5, Algorithms 10-12): publish a growing table's synthetic
-    copy every day without paying eps again. Every column needs declared bounds.
+    Publish a growing table's synthetic copy every day without paying eps again (dissertation
+    ch. 5, Algorithms 10-12; the privacy model below). Every column needs declared bounds.
     """
     feedback = Feedback(quiet)
     declared = declare_columns(columns, schema, bounds, integer)

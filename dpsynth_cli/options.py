@@ -216,8 +216,9 @@ BatchRows = Annotated[
     _opt(
         "--batch-rows",
         metavar="N",
-        help="Rows read (and written) per batch, e.g. --batch-rows 200000: memory grows with it, "
-        "not with the table. Default: about 1,000,000 rows (fewer for wide tables).",
+        help="Rows read per batch, e.g. --batch-rows 200000: memory grows with it, not with the "
+        "table (synth also writes its output in batches of this size). Default: about "
+        "1,000,000 rows (fewer for wide tables).",
     ),
 ]
 Engine = Annotated[

@@ -72,7 +72,8 @@ PcaOutput = Annotated[
 REPORT_SCHEMA = "dpsynth.pca-report/1"
 EXAMPLES = (
     "dpsynth pca data.csv --eps 1 --schema schema.json -k 2 -o pcs.csv",
-    "dpsynth pca data.parquet --eps 1 --delta 1e-6 -k 3 --bounds a=0:1,b=0:10 --report pca.json",
+    "dpsynth pca data.parquet --eps 1 --delta 1e-6 -k 2 --bounds a=0:1 --bounds b=0:10 "
+    "--report pca.json",
 )
 
 

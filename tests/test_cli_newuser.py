@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -339,3 +341,143 @@ def test_a_semicolon_file_gets_a_hint_and_reads_with_delimiter(runner, tmp_path)
     assert "line 2: unterminated quoted field" in one_line_error(bad, 1)
     wrong = invoke(runner, "synth", data, "--eps", 1, "--delimiter", '"')
     assert "--delimiter" in one_line_error(wrong, 2)
+
+
+# --------------------------------------------------------------------------- 9: help and docs
+
+
+def _epilog_examples() -> list[str]:
+    """Every example command at the end of every `--help` (after "Examples:")."""
+    from typer.main import get_command
+
+    group = get_command(app)
+    commands = [*group.commands.values(), *group.commands["schema"].commands.values()]
+    examples = []
+    for command in commands:
+        text = (command.epilog or "").split("Exit status:")[0]
+        examples += [
+            line.strip()
+            for line in text.splitlines()
+            if line.strip().startswith(("dpsynth", "cat "))
+        ]
+    return examples
+
+
+def test_every_help_example_runs_as_written(runner, tmp_path, monkeypatch):
+    """The examples of every --help, run in order in one directory, on tables that have the
+    columns they name."""
+    rng = np.random.default_rng(5)
+    n = 3000
+    frame = pd.DataFrame(
+        {
+            "age": rng.integers(18, 90, n),
+            "income": rng.gamma(2, 20000, n).round(2),
+            "a": rng.random(n),
+            "b": rng.random(n) * 10,
+        }
+    )
+    frame.to_csv(tmp_path / "data.csv", index=False)
+    frame.to_parquet(tmp_path / "data.parquet")
+    schema = {
+        "columns": {
+            "age": {"type": "integer", "lower": 0, "upper": 120},
+            "income": {"lower": 0, "upper": 500000},
+        }
+    }
+    (tmp_path / "schema.json").write_text(json.dumps(schema))
+    stream = pd.DataFrame({"time": np.arange(n), "x": rng.random(n)})
+    stream.to_parquet(tmp_path / "stream.parquet")
+    (tmp_path / "s.json").write_text(json.dumps({"columns": {"x": {"lower": 0, "upper": 1}}}))
+    sales = pd.DataFrame({"day": np.sort(rng.integers(1, 60, n)), "amount": rng.gamma(2, 50, n)})
+    sales.to_csv(tmp_path / "sales.csv", index=False)
+    examples = _epilog_examples()
+    assert len(examples) >= 10 and any(e.startswith("dpsynth pca") for e in examples)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for example in examples:  # in this process: `cat FILE |` is stdin, `> FILE` is stdout
+        words = [os.path.expanduser(w) for w in shlex.split(example)]
+        stdin = None
+        if words[0] == "cat":
+            stdin, words = Path(words[1]).read_bytes(), words[3:]
+        target = words[words.index(">") + 1] if ">" in words else None
+        words = words[1 : words.index(">")] if target else words[1:]
+        done = runner.invoke(app, words, input=stdin)
+        assert done.exit_code == 0, (example, done.output)
+        if target:
+            Path(target).write_bytes(done.stdout_bytes)
+
+
+def test_help_texts_say_each_thing_once_and_truly(runner):
+    replay = " ".join(invoke(runner, "online-replay", "--help").output.split())
+    assert replay.count("together eps-DP") == 1
+    evaluate = " ".join(invoke(runner, "evaluate", "--help").output.split())
+    assert "(and written)" not in evaluate
+    from dpsynth_cli import domain, schema_draft
+
+    assert domain.NULLABLE == domain.KINDS and "'nullable': true (any type" in schema_draft.NOTE
+
+
+def test_exit_codes_are_documented(runner):
+    from typer.main import get_command
+
+    group = get_command(app)
+    commands = [*group.commands, *(f"schema {c}" for c in group.commands["schema"].commands)]
+    for name in ["", *commands]:
+        text = " ".join(invoke(runner, *name.split(), "--help").output.split())
+        assert "Exit status: 0 done" in text and "2 usage error" in text, name
+    readme = " ".join((Path(__file__).parent.parent / "README.md").read_text().split())
+    assert "**Exit status**" in readme and "3 refused" in readme
+
+
+def test_uniform_data_at_a_huge_eps_is_not_called_a_thin_budget(runner, tmp_path):
+    rng = np.random.default_rng(6)
+    pd.DataFrame({"a": rng.random(2000), "b": rng.random(2000)}).to_csv(
+        tmp_path / "u.csv", index=False
+    )
+    args = [
+        "--eps",
+        1e6,
+        "--bounds",
+        "a=0:1",
+        "--bounds",
+        "b=0:1",
+        "--seed",
+        2,
+        "-o",
+        tmp_path / "o.csv",
+    ]
+    result = invoke(runner, "synth", tmp_path / "u.csv", *args)
+    assert result.exit_code == 0, result.output
+    assert "spread too thin" not in result.stderr
+    assert "data are probably close to uniform" in result.stderr
+
+
+def test_the_package_metadata_builds_without_deprecation_warnings():
+    """`license` in the SPDX string form (setuptools >= 77), not the deprecated table."""
+    import tomllib
+
+    meta = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    assert meta["project"]["license"] == "MIT"
+    assert meta["build-system"]["requires"] == ["setuptools>=77"]
+
+
+def test_sample_ages_are_not_uniform_and_the_samples_regenerate():
+    """`make demo`'s patients have a bell of ages (a uniform one made the demo's only message
+    say that a column came out uniform); `make_samples.py` writes the bundled files exactly."""
+    import importlib.util
+
+    from dpsynth_cli.uniformity import uniform_columns
+
+    sample = Path(__file__).parent.parent / "sample_data"
+    spec = importlib.util.spec_from_file_location("make_samples", sample / "make_samples.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rng = np.random.default_rng(module.SEED)
+    for name, make in (
+        ("two_clusters", module.two_clusters),
+        ("patients", module.patients),
+        ("admissions", module.admissions),
+    ):
+        assert make(rng).to_csv(index=False) == (sample / f"{name}.csv").read_text(), name
+    ages = pd.read_csv(sample / "patients.csv")["age"].to_numpy()
+    assert uniform_columns(((ages - 17.5) / 73)[:, None]) == []
