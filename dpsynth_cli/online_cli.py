@@ -25,6 +25,7 @@ from dpsynth_cli.online import PRIVACY_MODEL, ReplayOptions, replay
 from dpsynth_cli.online.params import ALLOCATIONS
 from dpsynth_cli.online.replay import REPORT_NAME, check_dirs, plan_for
 from dpsynth_cli.online.stream import SORTED_IN_MEMORY, open_stream
+from dpsynth_cli.privacy.ledger import check_epsilon
 from dpsynth_cli.privacy.noise import RandomSource
 
 
@@ -38,7 +39,7 @@ Eps = Annotated[
         "--eps",
         metavar="EPS",
         help="Privacy budget epsilon of the whole stream: all its releases, in this run and in "
-        "every run that continues --state, e.g. --eps 1.",
+        "every run that continues --state, e.g. --eps 1 (at most 1000).",
     ),
 ]
 OutDir = Annotated[
@@ -206,6 +207,7 @@ def online_replay(
         row_counts_public=row_counts_public,
     )
     in_fmt = io.detect_format(input, input_format)
+    check_epsilon(eps)  # usage errors before the input is opened
     check_dirs(out_dir, state)
     if os.path.isdir(input) and os.path.isdir(out_dir) and os.path.samefile(input, out_dir):
         raise UsageError("--out-dir is the input directory: the releases would be read as input")

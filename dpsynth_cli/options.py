@@ -131,7 +131,8 @@ Eps = Annotated[
     _opt(
         "--eps",
         metavar="EPS",
-        help="Total privacy budget epsilon of the whole run, e.g. --eps 1.",
+        help="Total privacy budget epsilon of the whole run, e.g. --eps 1 (at most 1000: beyond "
+        "it no privacy is left and the noise is already far below one count).",
     ),
 ]
 BoundsEps = Annotated[
@@ -187,7 +188,8 @@ Rows = Annotated[
         "--rows",
         metavar="N",
         help="Number of output rows, e.g. --rows 10000, drawn from the private measure "
-        "(default: its own private total).",
+        "(default: its own private total). At most 10^11: more than a day of writing at the "
+        "measured 10^6 rows/s.",
     ),
 ]
 Diagnostics = Annotated[

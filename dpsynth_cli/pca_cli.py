@@ -26,6 +26,7 @@ from dpsynth_cli.domain import (
 )
 from dpsynth_cli.errors import UsageError
 from dpsynth_cli.pca import METHODS, components_in_columns, run_pca, validate
+from dpsynth_cli.privacy.ledger import check_epsilon
 from dpsynth_cli.privacy.noise import RandomSource
 
 Components = Annotated[
@@ -110,7 +111,8 @@ def pca(
     in_fmt = io.detect_format(input, input_format)
     out_fmt = io.detect_format(output, output_format)
     report_file = report.report_path(report_path, output)
-    io.check_outputs([output, report_file], input)  # before any row is read
+    check_epsilon(eps)  # usage errors before the input is opened
+    io.check_outputs([output, report_file], input)
     if seed is not None:
         feedback.warning(f"--seed given: {report.NOT_FOR_RELEASE}")
     with feedback.step("reading input"):

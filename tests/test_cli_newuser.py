@@ -429,24 +429,12 @@ def test_exit_codes_are_documented(runner):
     assert "**Exit status**" in readme and "3 refused" in readme
 
 
-def test_uniform_data_at_a_huge_eps_is_not_called_a_thin_budget(runner, tmp_path):
+def test_uniform_data_at_a_large_eps_is_not_called_a_thin_budget(runner, tmp_path):
     rng = np.random.default_rng(6)
-    pd.DataFrame({"a": rng.random(2000), "b": rng.random(2000)}).to_csv(
-        tmp_path / "u.csv", index=False
-    )
-    args = [
-        "--eps",
-        1e6,
-        "--bounds",
-        "a=0:1",
-        "--bounds",
-        "b=0:1",
-        "--seed",
-        2,
-        "-o",
-        tmp_path / "o.csv",
-    ]
-    result = invoke(runner, "synth", tmp_path / "u.csv", *args)
+    frame = pd.DataFrame({"a": rng.random(2000), "b": rng.random(2000)})
+    frame.to_csv(tmp_path / "u.csv", index=False)
+    args = ["--eps", 1000, "--bounds", "a=0:1", "--bounds", "b=0:1", "--seed", 2]
+    result = invoke(runner, "synth", tmp_path / "u.csv", *args, "-o", tmp_path / "o.csv")
     assert result.exit_code == 0, result.output
     assert "spread too thin" not in result.stderr
     assert "data are probably close to uniform" in result.stderr
@@ -481,3 +469,31 @@ def test_sample_ages_are_not_uniform_and_the_samples_regenerate():
         assert make(rng).to_csv(index=False) == (sample / f"{name}.csv").read_text(), name
     ages = pd.read_csv(sample / "patients.csv")["age"].to_numpy()
     assert uniform_columns(((ages - 17.5) / 73)[:, None]) == []
+
+
+# --------------------------------------------------------------------------- 7: sanity limits
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--rows", 10**12], "--rows 1000000000000: at most 1e+11 (more than a day of writing"),
+        (["--eps", 1e6], "--eps 1e+06 is above 1000"),
+    ],
+)
+def test_absurd_values_are_refused_before_the_work(runner, tmp_path, flags, words):
+    data = tmp_path / "d.csv"
+    data.write_text(BAD_ROWS)  # reading its rows fails: the refusal comes first
+    args = ["--eps", 1, "--bounds", "a=0:5", "--bounds", "b=0:5", *flags, "-o", tmp_path / "o.csv"]
+    assert words in one_line_error(invoke(runner, "synth", data, *args), 2)
+    assert "1000" in " ".join(invoke(runner, "synth", "--help").output.split())
+
+
+def test_pca_and_online_replay_refuse_an_absurd_eps(runner, tmp_path):
+    data = tmp_path / "d.csv"
+    data.write_text(BAD_ROWS)
+    bounds = ["--bounds", "a=0:5", "--bounds", "b=0:5", "--eps", 1e5]
+    pca = invoke(runner, "pca", data, *bounds, "-k", 1)
+    replay = invoke(runner, "online-replay", data, *bounds, "--out-dir", tmp_path / "r")
+    for result in (pca, replay):
+        assert "is above 1000" in one_line_error(result, 2)
