@@ -111,12 +111,20 @@ def _group(
 
 
 def guarded(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn library errors into one-line messages and exit codes; a closed stdout exits 0."""
+    """Turn library errors into one-line messages and exit codes; a closed stdout exits 0, and
+    so does a stop (Ctrl-C, SIGTERM, SIGHUP) once the run's final outputs are all in place: the
+    run is complete, so it must not report a failure (`io.finished`)."""
 
     @functools.wraps(command)
     def run(*args: Any, **kwargs: Any) -> Any:
+        io.start_run()
         try:
             return command(*args, **kwargs)
+        except (KeyboardInterrupt, SystemExit) as exc:
+            stopped = isinstance(exc, KeyboardInterrupt) or exc.code in _STOP_CODES
+            if stopped and io.finished():
+                raise typer.Exit(0) from None
+            raise
         except DpsynthError as exc:
             typer.echo(f"dpsynth: error: {exc}", err=True)
             raise typer.Exit(exc.exit_code) from None
@@ -125,7 +133,7 @@ def guarded(command: Callable[..., Any]) -> Callable[..., Any]:
         except MemoryError:
             typer.echo("dpsynth: error: out of memory", err=True)
             raise typer.Exit(1) from None
-        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+        except (typer.Exit, typer.Abort):
             raise
         except Exception as exc:  # never print a traceback: it may hold private values
             typer.echo(
@@ -250,7 +258,8 @@ def synth(
         if cluster is not None:
             plan = result.plan(read.batch_rows)
             with feedback.step("writing part files on the cluster"):
-                _write_on_dask(cluster, result, plan, output, out_fmt, input, mark, extra)
+                final = report_file != "-"  # else the report on stdout finishes the run
+                _write_on_dask(cluster, result, plan, output, out_fmt, input, mark, extra, final)
         else:
             io.write_outputs(
                 (t.replace_schema_metadata(mark) for t in result.batches(read.batch_rows)),
@@ -259,9 +268,10 @@ def synth(
                 input_path=input,
                 schema=result.domain.output_schema(mark),
                 extra=extra,
+                final=report_file != "-",
             )
     if report_file == "-":  # after the files: a reader of stdout may stop at any time
-        io.write_text_stdout(report.dumps(public))
+        io.write_text_stdout(report.dumps(public), final=True)
     elif report_file is None:
         feedback.notice(
             "no report written (the output went to stdout): add --report FILE to keep it"
@@ -309,12 +319,21 @@ def _write_on_dask(
     input_path: str,
     mark: dict[str, str] | None,
     extra: dict[str, str],
+    final: bool,
 ) -> None:
     """The output as a directory of part files, batch i placed and written by a worker from
     the released plan: the local engine's batches for the same seed and --batch-rows."""
     schema = result.domain.output_schema(mark)
     dask_engine.write_output(
-        client, result.tables, plan, path, fmt, schema, input_path=input_path, extra=extra
+        client,
+        result.tables,
+        plan,
+        path,
+        fmt,
+        schema,
+        input_path=input_path,
+        extra=extra,
+        final=final,
     )
 
 
@@ -539,6 +558,9 @@ def schema_draft(
     with io.open_input(input, fmt, None, delimiter=io.delimiter_flag(delimiter)) as read:
         drafted = draft(read.schema, typed=fmt == "parquet")
     io.write_text_stdout(report.dumps(drafted))
+
+
+_STOP_CODES = {128 + signal.SIGTERM, 128 + signal.SIGHUP}  # `_terminate`'s exit codes
 
 
 def _terminate(signum: int, _frame: Any) -> None:

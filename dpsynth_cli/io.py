@@ -1429,6 +1429,7 @@ def write_outputs(
     input_path: str | None,
     schema: pa.Schema | None = None,
     extra: Mapping[str, Content | Callable[[], Content]] | None = None,
+    final: bool = False,
 ) -> None:
     """Write a table, or an iterable of record batches (or tables) with `schema`, to `path`
     ("-" = stdout) as `fmt`, and each `extra` {path: content} (e.g. the JSON report).
@@ -1445,6 +1446,10 @@ def write_outputs(
     before it is written; batches for stdout are then first staged in an anonymous temporary
     file, so that the extra files are committed only once the whole table exists (without
     extra files they go to stdout as they come).
+
+    `final`: these are the run's last outputs. Once they are all in place (the table written to
+    stdout too), the run is finished: a stop signal held during the renames is dropped rather
+    than raised, and `finished()` says so (the CLI then exits 0 on a later Ctrl-C).
     """
     if fmt not in FORMATS:
         raise UsageError(f"unknown output format '{fmt}' (expected csv or parquet)")
@@ -1455,8 +1460,9 @@ def write_outputs(
     pieces, schema = _pieces(data, schema)
     with contextlib.ExitStack() as keep:
         staged: BinaryIO | None = None
+        done = final and path != STDIO
         with contextlib.ExitStack() as stack:  # commit together: temp files first, renames last
-            stack.callback(_set_signals_blocked, False)  # runs after every rename
+            stack.push(_release_after_commit(done))  # runs after every rename
             for out, content in extras.items():
                 if not callable(content):
                     stack.enter_context(atomic_output(out)).write(_encoded(content))
@@ -1477,6 +1483,34 @@ def write_outputs(
                 _write_stdout(iter(lambda: staged.read(_SPOOL_CHUNK), b""))
             else:
                 _write_stdout(_serialise(pieces, schema, path, fmt))
+    if final:
+        _finished[0] = True
+
+
+def finished() -> bool:
+    """Whether the run's final outputs are all in place (`write_outputs(final=True)`,
+    `write_part_directory(final=True)`): a stop now must not turn a complete run into a failed
+    one."""
+    return _finished[0]
+
+
+def start_run() -> None:
+    """Forget an earlier run's `finished` (commands run in one process, e.g. in tests)."""
+    _finished[0] = False
+
+
+_finished = [False]
+
+
+def _release_after_commit(done: bool) -> Callable[..., None]:
+    """The exit callback that releases held stop signals after the renames: a signal held
+    meanwhile is raised, unless `done` (the run's final outputs) and the renames succeeded:
+    the run is then complete, and the stop is dropped."""
+
+    def release(exc_type: Any, _exc: Any, _tb: Any) -> None:
+        _set_signals_blocked(False, drop=done and exc_type is None)
+
+    return release
 
 
 def check_outputs(paths: Iterable[str | None], input_path: str | None) -> None:
@@ -1569,10 +1603,11 @@ def _conform(item: Piece, schema: pa.Schema) -> Piece:
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
-def _set_signals_blocked(blocked: bool) -> None:
+def _set_signals_blocked(blocked: bool, *, drop: bool = False) -> None:
     """Hold back stop signals while outputs are renamed into place (or a temporary file is
     created and registered for removal), so that a run stopped then leaves all of its files or
-    none: a signal that arrives meanwhile is recorded and raised again when they are released.
+    none: a signal that arrives meanwhile is recorded and raised again when they are released
+    (unless `drop`: the run is complete, see `write_outputs`' `final`).
 
     Python runs signal handlers in the main thread whichever thread the operating system chose,
     so replacing the handlers holds even while pyarrow's threads run (pthread_sigmask would not:
@@ -1590,7 +1625,7 @@ def _set_signals_blocked(blocked: bool) -> None:
         globals()["_held"] = None
         for s, h in handlers.items():
             signal.signal(s, h)
-        if pending:
+        if pending and not drop:
             signal.raise_signal(pending[0])
 
 
@@ -1947,6 +1982,7 @@ def write_part_directory(
     *,
     input_path: str | None,
     extra: Mapping[str, Content] | None = None,
+    final: bool = False,
 ) -> int:
     """Write a directory of part files at `path`, and each `extra` {path: content} file after
     it, all or nothing, as `write_outputs` does for one file; returns the number of parts.
@@ -1955,7 +1991,8 @@ def write_part_directory(
     directory `tmp` (Dask workers do, for `--engine dask`) and returns k, once all are written.
     Then every part must be there (workers that wrote to storage this machine does not see are
     caught here), anything else in it (a dead task's temporary file) is removed, and the
-    directory and the extra files are renamed into place with stop signals held.
+    directory and the extra files are renamed into place with stop signals held. `final`: as
+    for `write_outputs`.
     """
     if fmt not in FORMATS:
         raise UsageError(f"unknown output format '{fmt}' (expected csv or parquet)")
@@ -1973,13 +2010,15 @@ def write_part_directory(
         raise UsageError(f"two outputs would be written to the same file ({', '.join(extras)})")
     suffix = part_suffix(path, fmt)
     with contextlib.ExitStack() as stack:  # commit together: temporary files first, renames last
-        stack.callback(_set_signals_blocked, False)  # runs after every rename
+        stack.push(_release_after_commit(final))  # runs after every rename
         for out, content in extras.items():  # entered first, so renamed after the directory
             stack.enter_context(atomic_output(out)).write(_encoded(content))
         tmp = stack.enter_context(atomic_directory(path, input_path=input_path))
         parts = fill(tmp)
         _settle_parts(tmp, parts, suffix, path)
         _set_signals_blocked(True)  # a SIGTERM now waits until all renames are done
+    if final:
+        _finished[0] = True
     return parts
 
 
@@ -2006,6 +2045,9 @@ def _settle_parts(tmp: str, parts: int, suffix: str, path: str) -> None:
             os.rename(os.path.join(tmp, name), os.path.join(tmp, part_name(i, suffix, digits)))
 
 
-def write_text_stdout(text: str) -> None:
-    """Text (a JSON report, a plan) to stdout; a closed pipe raises OutputClosed as tables do."""
+def write_text_stdout(text: str, *, final: bool = False) -> None:
+    """Text (a JSON report, a plan) to stdout; a closed pipe raises OutputClosed as tables do.
+    `final`: the run's last output (see `write_outputs`)."""
     _write_stdout([text.encode("utf-8")])
+    if final:
+        _finished[0] = True

@@ -161,9 +161,10 @@ def pca(
         out_fmt,
         input_path=input,
         extra=report.files({report_file: public}),
+        final=report_file != "-",  # else the report on stdout finishes the run
     )
     if report_file == "-":  # after the files: a reader of stdout may stop at any time
-        io.write_text_stdout(report.dumps(public))
+        io.write_text_stdout(report.dumps(public), final=True)
     elif report_file is None:
         feedback.notice("no report written (the output went to stdout): add --report FILE")
     _summary(feedback, public, output, report_file)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -497,3 +498,53 @@ def test_pca_and_online_replay_refuse_an_absurd_eps(runner, tmp_path):
     replay = invoke(runner, "online-replay", data, *bounds, "--out-dir", tmp_path / "r")
     for result in (pca, replay):
         assert "is above 1000" in one_line_error(result, 2)
+
+
+# --------------------------------------------------------------------------- 10: exit status
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_during_the_final_renames_finishes_the_run(
+    runner, small_csv, tmp_path, sig, monkeypatch
+):
+    """A stop signal that arrives while the outputs are renamed into place is held; the renames
+    complete, so the run is complete: exit 0 with the output and the report, not 130/143."""
+    from dpsynth_cli.cli import _terminate
+
+    previous = signal.signal(signal.SIGTERM, _terminate)  # as `main` installs it
+    replace = os.replace
+    sent = []
+
+    def replace_and_stop(src, dst):
+        if not sent:
+            sent.append(sig)
+            signal.raise_signal(sig)  # held: recorded, raised or dropped after the renames
+        replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace_and_stop)
+    out = tmp_path / "o.csv"
+    args = ["--eps", 1, "--bounds", "age=0:100", "--bounds", "score=0:1", "-o", out, "-q"]
+    try:
+        result = invoke(runner, "synth", small_csv, *args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert sent == [sig]
+    assert result.exit_code == 0, result.output
+    assert out.exists() and (tmp_path / "o.csv.report.json").exists()
+
+
+def test_a_ctrl_c_after_the_outputs_are_written_exits_0(runner, small_csv, tmp_path, monkeypatch):
+    from dpsynth_cli.console import Feedback
+
+    def interrupted(*_args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Feedback, "summary", interrupted)
+    out = tmp_path / "o.csv"
+    args = ["--eps", 1, "--bounds", "age=0:100", "--bounds", "score=0:1", "-o", out]
+    result = invoke(runner, "synth", small_csv, *args)
+    assert result.exit_code == 0 and out.exists()
+    # the same stop before anything is written: 130, nothing there
+    monkeypatch.setattr("dpsynth_cli.cli.synthesize", interrupted)
+    result = invoke(runner, "synth", small_csv, *args[:-1], tmp_path / "p.csv")
+    assert result.exit_code == 130 and not (tmp_path / "p.csv").exists()
