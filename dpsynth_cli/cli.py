@@ -28,6 +28,7 @@ from dpsynth_cli.domain import (
 )
 from dpsynth_cli.engine import dask as dask_engine
 from dpsynth_cli.errors import DpsynthError, UsageError
+from dpsynth_cli.mechanisms import transport
 from dpsynth_cli.mechanisms.base import BatchPlan
 from dpsynth_cli.privacy.noise import RandomSource
 from dpsynth_cli.schema_draft import draft
@@ -227,6 +228,8 @@ def synth(
             "--columns chooses columns"
         )
     source = RandomSource.seeded(seed) if seed is not None else RandomSource.secure()
+    for notice in transport.slow_fallback_notice() if mechanism == "psmm" else []:
+        feedback.notice(notice)  # before the solve, which may take long
     with contextlib.ExitStack() as running:  # a Dask cluster lives until its parts are written
         cluster = running.enter_context(dask_engine.client(scheduler)) if engine == "dask" else None
         with feedback.step("synthesising"):

@@ -166,7 +166,7 @@ Mechanism = Annotated[
         "report). privtree: adaptive partition (Zhang, Xiao & Xie 2016) with exact discrete "
         "noise. hierarchy: a short band of nested grids with least-squares consistency (Hay et "
         "al. 2010) and pruning. psmm: Private Signed Measure Mechanism (dissertation Algorithms "
-        "1-2) with an exact min-cost-flow projection (fast with the 'fast' extra). pmm and psmm "
+        "1-2) with an exact min-cost-flow projection (LEMON, package pylmcf). pmm and psmm "
         "carry an a-priori W1 bound.",
     ),
 ]

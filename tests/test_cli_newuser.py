@@ -548,3 +548,41 @@ def test_a_ctrl_c_after_the_outputs_are_written_exits_0(runner, small_csv, tmp_p
     monkeypatch.setattr("dpsynth_cli.cli.synthesize", interrupted)
     result = invoke(runner, "synth", small_csv, *args[:-1], tmp_path / "p.csv")
     assert result.exit_code == 130 and not (tmp_path / "p.csv").exists()
+
+
+# --------------------------------------------------------------------------- 11: the fast solver
+
+
+def test_the_fast_solver_is_a_core_dependency():
+    import tomllib
+
+    meta = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    assert any(d.startswith("pylmcf") for d in meta["project"]["dependencies"])
+
+
+def test_psmm_says_before_the_solve_when_it_falls_back(runner, small_csv, tmp_path, monkeypatch):
+    from dpsynth_cli import synth
+    from dpsynth_cli.console import Feedback
+    from dpsynth_cli.mechanisms import transport
+
+    monkeypatch.setattr(transport, "available", lambda name: name != "lemon")
+    said = []
+    notice = Feedback.notice
+    monkeypatch.setattr(
+        Feedback, "notice", lambda self, text: [said.append(text), notice(self, text)]
+    )
+    solve = synth.MECHANISMS["psmm"]
+
+    def run(*args, **kwargs):
+        said.append("solve")
+        return solve(*args, **kwargs)
+
+    monkeypatch.setitem(synth.MECHANISMS, "psmm", run)
+    args = ["--eps", 1, "--bounds", "age=0:100", "--bounds", "score=0:1", "--mechanism", "psmm"]
+    result = invoke(runner, "synth", small_csv, *args, "-o", tmp_path / "o.csv")
+    assert result.exit_code == 0, result.output
+    (fallback,) = [i for i, text in enumerate(said) if "falls back to scipy's HiGHS" in text]
+    assert "pip install pylmcf" in said[fallback] and said[fallback + 1] == "solve"
+    monkeypatch.setattr(transport, "available", lambda name: True)
+    result = invoke(runner, "synth", small_csv, *args, "-o", tmp_path / "p.csv")
+    assert "HiGHS" not in result.stderr
