@@ -30,6 +30,7 @@ from dpsynth_cli.domain import (
 )
 from dpsynth_cli.engine import dask as dask_engine
 from dpsynth_cli.errors import DpsynthError, UsageError
+from dpsynth_cli.mechanisms import transport
 from dpsynth_cli.mechanisms.base import BatchPlan
 from dpsynth_cli.privacy.noise import RandomSource
 from dpsynth_cli.schema_draft import draft
@@ -68,8 +69,17 @@ def _one_line_usage_errors() -> Iterator[None]:
         raise typer.Exit(exc.exit_code) from None
 
 
+# What a script sees: the exit status of every command (README, "Exit status").
+EXIT_STATUS = (
+    "Exit status: 0 done (also when a reader of stdout stops early), 1 data or runtime error, "
+    "2 usage error, 3 refused (privacy budget or --state conflict), 130/143 stopped by Ctrl-C "
+    "or SIGTERM (nothing written)."
+)
+
+
 app = typer.Typer(
     name="dpsynth",
+    epilog=EXIT_STATUS,
     cls=_OneLineErrors,
     help="Differentially private synthetic data with provable 1-Wasserstein accuracy.",
     no_args_is_help=True,
@@ -104,12 +114,20 @@ def _group(
 
 
 def guarded(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn library errors into one-line messages and exit codes; a closed stdout exits 0."""
+    """Turn library errors into one-line messages and exit codes; a closed stdout exits 0, and
+    so does a stop (Ctrl-C, SIGTERM, SIGHUP) once the run's final outputs are all in place: the
+    run is complete, so it must not report a failure (`io.finished`)."""
 
     @functools.wraps(command)
     def run(*args: Any, **kwargs: Any) -> Any:
+        io.start_run()
         try:
             return command(*args, **kwargs)
+        except (KeyboardInterrupt, SystemExit) as exc:
+            stopped = isinstance(exc, KeyboardInterrupt) or exc.code in _STOP_CODES
+            if stopped and io.finished():
+                raise typer.Exit(0) from None
+            raise
         except DpsynthError as exc:
             typer.echo(f"dpsynth: error: {exc}", err=True)
             raise typer.Exit(exc.exit_code) from None
@@ -118,7 +136,7 @@ def guarded(command: Callable[..., Any]) -> Callable[..., Any]:
         except MemoryError:
             typer.echo("dpsynth: error: out of memory", err=True)
             raise typer.Exit(1) from None
-        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+        except (typer.Exit, typer.Abort):
             raise
         except Exception as exc:  # never print a traceback: it may hold private values
             typer.echo(
@@ -130,8 +148,9 @@ def guarded(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _examples(*commands: str) -> str:
-    """An epilog of example commands, one a line (click's \\b keeps it from re-wrapping)."""
-    return "Examples:\n\n\b\n" + "\n".join(f"  {c}" for c in commands)
+    """An epilog of example commands, one a line (click's \\b keeps it from re-wrapping), and
+    the exit status."""
+    return "Examples:\n\n\b\n" + "\n".join(f"  {c}" for c in commands) + "\n\n" + EXIT_STATUS
 
 
 @app.command(
@@ -151,6 +170,7 @@ def synth(
     output_format: opt.OutputFormat = None,
     columns: opt.Columns = None,
     no_header: opt.NoHeader = False,
+    delimiter: opt.Delimiter = None,
     bounds: opt.Bounds = None,
     integer: opt.Integer = None,
     schema: opt.Schema = None,
@@ -180,16 +200,26 @@ def synth(
         out_fmt = io.part_directory_format(output, output_format)
     else:
         out_fmt = io.detect_format(output, output_format)
-    report_file = report_path or (None if output == "-" else output.rstrip("/") + ".report.json")
+    report_file = report.report_path(report_path, output)
     if dry_run:
         plan = _dry_run_plan(options, declared)
         io.write_text_stdout(report.dumps(plan))
         return
+    plan_budget(options, [])  # --eps, --rows, --mechanism: usage errors before any row is read
+    if diagnostics == "-":
+        raise UsageError("--diagnostics needs a FILE: it is not private and never goes to stdout")
+    table = [] if engine == "dask" else [output]  # a part directory is checked by _check_engine
+    io.check_outputs([*table, report_file, diagnostics], input)
     if seed is not None:
         feedback.warning(f"--seed given: {report.NOT_FOR_RELEASE}")
     with feedback.step("reading input"):
         read = io.open_input(
-            input, in_fmt, declared.names, header=not no_header, batch_rows=batch_rows
+            input,
+            in_fmt,
+            declared.names,
+            header=not no_header,
+            batch_rows=batch_rows,
+            delimiter=io.delimiter_flag(delimiter),
         )
     choice = declared.resolve(read.schema, typed=in_fmt == "parquet", all_columns=read.all_columns)
     # nothing to tell who named them all
@@ -202,6 +232,8 @@ def synth(
     source = RandomSource.seeded(seed) if seed is not None else RandomSource.secure()
     if scheduler and not scheduler.startswith("tls://"):
         feedback.warning(dask_engine.PLAIN_SCHEDULER.format(scheduler=scheduler))
+    for notice in transport.slow_fallback_notice() if mechanism == "psmm" else []:
+        feedback.notice(notice)  # before the solve, which may take long
     with contextlib.ExitStack() as running:  # a Dask cluster lives until its parts are written
         cluster = running.enter_context(dask_engine.client(scheduler)) if engine == "dask" else None
         with feedback.step("synthesising"):
@@ -233,16 +265,15 @@ def synth(
         )
         # Parquet carries the mark of a seeded run in the file itself (CSV cannot)
         mark = {"dpsynth.release": report.NOT_FOR_RELEASE} if seed is not None else None
-        extra = {
-            p: report.dumps(c)
-            for p, c in ((report_file, public), (diagnostics, result.diagnostics))
-            if p
-        }
+        extra = report.files({report_file: public, diagnostics: result.diagnostics})
         private = [diagnostics] if diagnostics else []  # true counts and W1: owner-only (0600)
         if cluster is not None:
             plan = result.plan(read.batch_rows)
             with feedback.step("writing part files on the cluster"):
-                _write_on_dask(cluster, result, plan, output, out_fmt, input, mark, extra, private)
+                final = report_file != "-"  # else the report on stdout finishes the run
+                _write_on_dask(
+                    cluster, result, plan, output, out_fmt, input, mark, extra, private, final
+                )
         else:
             io.write_outputs(
                 (t.replace_schema_metadata(mark) for t in result.batches(read.batch_rows)),
@@ -252,8 +283,11 @@ def synth(
                 schema=result.domain.output_schema(mark),
                 extra=extra,
                 private=private,
+                final=report_file != "-",
             )
-    if report_file is None:
+    if report_file == "-":  # after the files: a reader of stdout may stop at any time
+        io.write_text_stdout(report.dumps(public), final=True)
+    elif report_file is None:
         feedback.notice(
             "no report written (the output went to stdout): add --report FILE to keep it"
         )
@@ -302,6 +336,7 @@ def _write_on_dask(
     mark: dict[str, str] | None,
     extra: dict[str, str],
     private: list[str],
+    final: bool,
 ) -> None:
     """The output as a directory of part files, batch i placed and written by a worker from
     the released plan: the local engine's batches for the same seed and --batch-rows."""
@@ -316,6 +351,7 @@ def _write_on_dask(
         input_path=input_path,
         extra=extra,
         private=private,
+        final=final,
     )
 
 
@@ -449,6 +485,7 @@ def evaluate(
         typer.Option(
             "--seed",
             metavar="N",
+            min=0,
             show_default=False,
             help="Seed for the subsample W1 estimate on large tables, e.g. --seed 1.",
         ),
@@ -528,6 +565,7 @@ app.command(epilog=_examples(*online_cli.EXAMPLES))(guarded(online_cli.online_re
 schema_app = typer.Typer(
     cls=_OneLineErrors,
     help="Schema files: column types, bounds and levels (public declarations).",
+    epilog=EXIT_STATUS,
     no_args_is_help=True,
 )
 app.add_typer(schema_app, name="schema")
@@ -544,14 +582,18 @@ app.add_typer(schema_app, name="schema")
 def schema_draft(
     input: opt.Input,
     input_format: opt.InputFormat = None,
+    delimiter: opt.Delimiter = None,
 ) -> None:
     """Write a starting schema for INPUT to stdout: column names, and the types a Parquet file
     declares; types of CSV columns, bounds and category levels are left as FILL IN placeholders
     (reading them from the values would not be private). No row is read."""
     fmt = io.detect_format(input, input_format)
-    with io.open_input(input, fmt, None) as read:
+    with io.open_input(input, fmt, None, delimiter=io.delimiter_flag(delimiter)) as read:
         drafted = draft(read.schema, typed=fmt == "parquet")
     io.write_text_stdout(report.dumps(drafted))
+
+
+_STOP_CODES = {128 + signal.SIGTERM, 128 + signal.SIGHUP}  # `_terminate`'s exit codes
 
 
 def _terminate(signum: int, _frame: Any) -> None:

@@ -105,7 +105,9 @@ class Feedback:
             bound = report["accuracy"]["w1_bound_unit_cube"]
             table.add_row("W1 bound (unit cube)", f"{bound:.4g}")
         table.add_row("output", "stdout" if output == "-" else output)
-        table.add_row("report", report_path or "(not written)")
+        table.add_row(
+            "report", {None: "(not written)", "-": "stdout"}.get(report_path, report_path)
+        )
         if report["seeded"]:
             table.add_row("seeded", "yes: NOT FOR RELEASE")
         self.console.print(table)

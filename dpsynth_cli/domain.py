@@ -17,21 +17,23 @@ Schema file (JSON), every key but "columns" optional:
 
 "type" is "float", "integer", "boolean", "category" (with its public "levels" and an optional
 "other" level for undeclared values), "date" or "datetime" (ISO "lower"/"upper", optional
-"timezone"); "nullable": true makes missing a level of its own (any kind). Cells of these
-types are read by `coltypes` (docs/privacy.md, "Mixed tables"). Without a type a Parquet column's
-declared type decides, and a CSV column (whose text declares no type) is "float" unless
-`--integer` names it. A column listed
-without bounds gets a DP bounds estimate. An optional "constraints" list declares linear
-constraints between float, integer, date and datetime columns (`constraints`,
-`load_constraints`). The chosen columns are those of --columns, else the schema's, else those
-that --bounds and --integer name, else every column of a CSV header or every numeric column a
-Parquet file declares.
+"timezone"); "nullable": true makes missing a level of its own (any kind). Any other key (a typo
+such as "lowr") is a usage error (`COLUMN_KEYS`); keys that start with "_" are comments. Cells of
+these types are read by `coltypes` (docs/privacy.md, "Mixed tables"). Without a type a Parquet
+column's declared type decides, and a CSV column (whose text declares no type) is "float" unless
+`--integer` names it. A column listed without bounds gets a DP bounds estimate. An optional
+"constraints" list declares linear constraints between float, integer, date and datetime columns
+(`constraints`, `load_constraints`). The chosen columns are those of --columns, else the
+schema's, else those that --bounds and --integer name, else every column of a CSV header or
+every numeric column a Parquet file declares.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
+import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -48,6 +50,16 @@ KINDS = ("float", "integer", "boolean", "category", "date", "datetime")
 # unit interval, and a nullable one has "missing" as one more code past the upper one.
 DISCRETE = ("integer", "boolean", "category", "date")
 NULLABLE = KINDS
+# The keys a schema column of each type may have ("": no type; the file's type decides).
+COLUMN_KEYS: dict[str, tuple[str, ...]] = {
+    "": ("type", "lower", "upper", "nullable"),
+    "float": ("type", "lower", "upper", "nullable"),
+    "integer": ("type", "lower", "upper", "nullable"),
+    "boolean": ("type", "nullable"),
+    "category": ("type", "levels", "other", "nullable"),
+    "date": ("type", "lower", "upper", "nullable"),
+    "datetime": ("type", "lower", "upper", "timezone", "nullable"),
+}
 # Continuous kinds: a nullable one gets a hidden "missing" level column in the mechanisms' cube.
 CONTINUOUS = ("float", "datetime")
 # Kinds whose codes are levels, not numbers: the discrete metric, and top-level splits.
@@ -125,6 +137,12 @@ def check_bounds(name: str, lower: float, upper: float, where: str) -> tuple[flo
     return float(lower), float(upper)
 
 
+def bounds_flag(name: str) -> str:
+    """The --bounds flag to suggest for a column, quoted for a shell when the name needs it
+    (a space, a quote): copied from a message, it must work as printed."""
+    return "--bounds " + shlex.quote(f"{name}=LOWER:UPPER")
+
+
 def parse_bounds_flag(text: str) -> tuple[str, float, float]:
     """`col=lo:hi` from --bounds; split at the last '=', so a column name may contain '='."""
     name, sep, rng = text.rpartition("=")
@@ -164,6 +182,11 @@ def _schema_json(path: str) -> dict:
     columns = raw.get("columns") if isinstance(raw, dict) else None
     if not isinstance(columns, dict) or not columns:
         raise UsageError(f"--schema {path}: expected an object with a non-empty 'columns' object")
+    _check_keys(raw, ("columns", "constraints"), f"--schema {path}")
+    for name, spec in columns.items():
+        kind = spec.get("type", "") if isinstance(spec, dict) else None
+        if isinstance(kind, str) and kind in COLUMN_KEYS:  # another type is refused below
+            _check_keys(spec, COLUMN_KEYS[kind], f"--schema {path}: column '{name}'", kind)
     return raw
 
 
@@ -201,6 +224,36 @@ def schema_column(path: str, name: str, spec: object) -> ColumnSpec:
             f"{where}: a nullable {kind or 'float'} column needs declared 'lower' and 'upper'"
         )
     return ColumnSpec(name, kind, lower, upper, nullable=nullable)
+
+
+def _check_keys(spec: dict, allowed: tuple[str, ...], where: str, kind: str | None = None) -> None:
+    """A key the schema does not know (a typo such as "lowr" or "nulable") is an error, never
+    ignored: ignored, it would silently spend epsilon on a DP bounds estimate or change which
+    rows are kept. Keys that start with '_' are comments. `kind`: the column's type, for keys
+    that exist but do not apply to it (e.g. 'levels' on a float column)."""
+    extra = [k for k in spec if not k.startswith("_") and k not in allowed]
+    if not extra:
+        return
+    known = {k for keys in COLUMN_KEYS.values() for k in keys} if kind is not None else set()
+    misplaced = [k for k in extra if k in known]
+    if misplaced:
+        what = f"a {kind} column" if kind else "a column without a 'type'"
+        raise UsageError(
+            f"{where}: {what} takes no {_quoted(misplaced)} (its keys: {', '.join(allowed)})"
+        )
+    hints = []
+    for key in extra:
+        close = difflib.get_close_matches(key, sorted(known | set(allowed)), n=1)
+        hints.append(f"'{key}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+    keys = "key" if len(extra) == 1 else "keys"
+    raise UsageError(
+        f"{where}: unknown {keys} {', '.join(hints)}; allowed: {', '.join(allowed)} "
+        "(keys starting with '_' are comments)"
+    )
+
+
+def _quoted(names: list[str]) -> str:
+    return ", ".join(f"'{n}'" for n in names)
 
 
 def _level_column(where: str, name: str, kind: str, spec: dict, nullable: bool) -> ColumnSpec:
@@ -401,7 +454,8 @@ def resolve_columns(
     numeric type (the others are left out, with the reason). A column's kind is the schema's
     type, else `--integer`, else the Parquet type, else float. A declared type the tool cannot
     read as a number (a timestamp, a list) is a usage error: it is structure, not data.
-    `all_columns` (the file's, when only some were read) lists what the user left out.
+    `all_columns` (the file's, when only some were read) lists what the user left out. The
+    chosen columns are in the file's order, whatever order --columns or the schema name them in.
     """
     left_out: dict[str, str] = {}
     if names is None:
@@ -417,6 +471,8 @@ def resolve_columns(
     else:
         every = all_columns or table_schema.names
         left_out = {n: f"not named by {columns_from}" for n in every if n not in names}
+        position = {n: i for i, n in enumerate(every)}  # the output keeps the input's order
+        names = sorted(names, key=lambda n: position.get(n, len(position)))
     for flag, given in (("--bounds", bounds), ("--integer", integers or [])):
         for name in given:
             if name not in names:

@@ -65,6 +65,8 @@ __all__ = [
     "atomic_directory",
     "atomic_output",
     "atomic_write_bytes",
+    "check_delimiter",
+    "check_outputs",
     "check_part_directory",
     "default_batch_rows",
     "detect_format",
@@ -131,7 +133,9 @@ class OutputClosed(Exception):
 
 
 def detect_format(path: str, override: str | None, *, flag: str | None = None) -> str:
-    """Return "csv" or "parquet" for `path`: `override` wins, then the extension; "-" is CSV.
+    """Return "csv" or "parquet" for `path`: `override` wins, then the extension; "-" is CSV;
+    a directory whose files (not hidden) end in Parquet extensions only, or CSV ones only, has
+    their format.
 
     `flag` names the option that overrides it (e.g. "--input-format") in the error message.
     """
@@ -150,8 +154,16 @@ def detect_format(path: str, override: str | None, *, flag: str | None = None) -
         if lower.endswith(ext):
             return fmt
     if os.path.isdir(path):
+        found = [
+            f
+            for f, ends in (("parquet", _PARQUET_SUFFIXES), ("csv", _CSV_SUFFIXES))
+            if _directory_files(path, ends)
+        ]
+        if len(found) == 1:  # a directory of Parquet (or CSV) parts: their names say it
+            return found[0]
+        what = "both Parquet and CSV files" if found else "no .parquet or .csv files"
         raise UsageError(
-            f"{path} is a directory, not a file (for a directory of Parquet or CSV files as the "
+            f"{path} is a directory with {what} (for a directory of Parquet or CSV files as the "
             "input, give --input-format parquet or csv)"
         )
     flags = flag or "--input-format or --output-format"
@@ -222,6 +234,7 @@ def open_input(
     *,
     header: bool = True,
     batch_rows: int | None = None,
+    delimiter: str = ",",
 ) -> InputSource:
     """Open `path` ("-" = stdin) as `fmt` for reading in passes, only `columns` if given.
 
@@ -231,7 +244,9 @@ def open_input(
     (e.g. the parts `synth --engine dask` writes), each with the same header. Blank lines are
     skipped; a header-only CSV has 0 rows. `header=False` reads a CSV without a header line:
     `columns` then names every field in order. `batch_rows` defaults to
-    `default_batch_rows(number of columns)`.
+    `default_batch_rows(number of columns)`. `delimiter` separates a CSV's fields (one ASCII
+    character). Compressed bytes are recognised by their extension, or by gzip's or zstd's
+    magic bytes (a stream on stdin has no extension; neither can start UTF-8 text).
 
     stdin and other non-regular files (pipes such as <(zcat ...)) are copied once into an
     anonymous temporary file (in TMPDIR) so that every pass can read them again; it has no name,
@@ -248,6 +263,7 @@ def open_input(
         raise UsageError("--no-header is for CSV input and needs --columns naming every field")
     if batch_rows is not None and batch_rows < 1:
         raise UsageError("--batch-rows must be at least 1")
+    check_delimiter(delimiter, fmt)
     if fmt == "parquet" and path != STDIO and os.path.isdir(path):
         files = parquet_files(path)
         if not files:
@@ -258,7 +274,13 @@ def open_input(
         if not files:
             raise DataError(f"input {path} is a directory without .csv files")
         return _CsvParts(
-            path, [open_input(f, fmt, columns, header=header, batch_rows=batch_rows) for f in files]
+            path,
+            [
+                open_input(
+                    f, fmt, columns, header=header, batch_rows=batch_rows, delimiter=delimiter
+                )
+                for f in files
+            ],
         )
     codec = None if path == STDIO else _codec(path)
     if path == STDIO:
@@ -268,8 +290,11 @@ def open_input(
         name = path
         spool = None if _check_readable(path) else _Spool.of_file(path)
     try:
+        if codec is None and (fmt == "csv" or spool is not None):
+            codec = _sniffed_codec(spool, path)
         if fmt == "csv":
-            return _CsvSource(_ByteSource(name, path, spool, codec), columns, header, batch_rows)
+            data = _ByteSource(name, path, spool, codec)
+            return _CsvSource(data, columns, header, batch_rows, delimiter)
         if spool is not None and codec is not None:  # Parquet needs random access: spool it plain
             spool = spool.decompressed(codec, name)
         if spool is not None and spool.size == 0:
@@ -324,6 +349,8 @@ class _Reader(Protocol):
 
 
 def _stdin_stream() -> Any:
+    if sys.stdin is None:  # started with stdin closed (`<&-`): Python then has no sys.stdin
+        raise DataError(f"cannot read {STDIN_NAME}: it is closed (give a file, or pipe one in)")
     return getattr(sys.stdin, "buffer", sys.stdin)
 
 
@@ -348,6 +375,48 @@ def _check_readable(path: str) -> bool:
 
 def _codec(path: str) -> str | None:
     return next((c for ext, c in _COMPRESSION.items() if path.lower().endswith(ext)), None)
+
+
+# Compressed streams recognised by their first bytes (RFC 1952, RFC 8878): neither can start
+# UTF-8 text, so a CSV is never mistaken for one.
+_MAGIC = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd"}
+
+
+def _sniffed_codec(spool: _Spool | None, path: str) -> str | None:
+    """The codec whose magic bytes start the input (stdin, a pipe, a file without a .gz
+    extension), or None; an unreadable file is reported later, where it is read."""
+    try:
+        if spool is not None:
+            with contextlib.closing(spool.reader()) as reader:
+                head = reader.read(4)
+        else:
+            with open(path, "rb") as fh:
+                head = fh.read(4)
+    except OSError:
+        return None
+    return next((codec for magic, codec in _MAGIC.items() if head.startswith(magic)), None)
+
+
+def check_delimiter(delimiter: str, fmt: str = "csv") -> str:
+    """--delimiter: one ASCII character other than a quote or a line end ('\\t' or 'tab' for a
+    tab), for CSV input only."""
+    if delimiter == ",":
+        return delimiter
+    if fmt != "csv":
+        raise UsageError("--delimiter is for CSV input")
+    if len(delimiter) != 1 or not delimiter.isascii() or delimiter in '"\r\n':
+        raise UsageError(
+            "--delimiter takes one character other than a quote or a line end, e.g. "
+            "--delimiter ';' (a tab: --delimiter tab)"
+        )
+    return delimiter
+
+
+def delimiter_flag(text: str | None) -> str:
+    """The --delimiter value as a character: 'tab' and '\\t' mean a tab; default a comma."""
+    if text is None:
+        return ","
+    return "\t" if text.strip().lower() in ("tab", "\\t") else text
 
 
 def _reason(exc: OSError) -> str:
@@ -611,7 +680,9 @@ class _Utf8:
 _OUT, _IN, _ESC = 0, 1, 2
 
 
-def _quote_steps(buf: np.ndarray, quotes: np.ndarray, prev: int, following: int) -> np.ndarray:
+def _quote_steps(
+    buf: np.ndarray, quotes: np.ndarray, prev: int, following: int, delimiter: int = _COMMA
+) -> np.ndarray:
     """Each quote's transition as a row [next state from _OUT, from _IN, from _ESC].
 
     pyarrow's rules: a quote opens a quoted field only at the start of a field (after a comma, a
@@ -625,7 +696,7 @@ def _quote_steps(buf: np.ndarray, quotes: np.ndarray, prev: int, following: int)
     after = np.empty(quotes.size, dtype=np.int16)
     after[:-1] = buf[quotes[:-1] + 1]
     after[-1] = buf[quotes[-1] + 1] if quotes[-1] + 1 < n else following
-    at_start = (before == _COMMA) | (before == _LF) | (before == _CR) | (before < 0)
+    at_start = (before == delimiter) | (before == _LF) | (before == _CR) | (before < 0)
     steps = np.empty((quotes.size, 3), dtype=np.uint8)
     steps[:, _OUT] = np.where(at_start, _IN, _OUT)
     steps[:, _IN] = np.where(after == _QUOTE, _ESC, _OUT)
@@ -652,12 +723,14 @@ def _prefix_states(steps: np.ndarray, start: int) -> np.ndarray:
     return done[:, start]
 
 
-def _quote_state(buf: np.ndarray, data: bytes, state: int, prev: int, following: int) -> int:
+def _quote_state(
+    buf: np.ndarray, data: bytes, state: int, prev: int, following: int, delimiter: int = _COMMA
+) -> int:
     """The quote state after `data`, from `state` at its start (the cheap check)."""
     if b'"' not in data:
         return state
     quotes = np.flatnonzero(buf == _QUOTE)
-    return int(_compose(_quote_steps(buf, quotes, prev, following))[state])
+    return int(_compose(_quote_steps(buf, quotes, prev, following, delimiter))[state])
 
 
 @dataclass
@@ -688,8 +761,9 @@ class _CsvScan:
         state: int = _OUT,
         prev: int = -1,
         fields: int | None = None,
+        delimiter: int = _COMMA,
     ) -> None:
-        self.block, self.want = block, want
+        self.block, self.want, self.delimiter = block, want, delimiter
         self.pos, self.state, self.prev = pos, state, prev
         self.lines = 0  # line ends before pos
         self.records = 0  # non-blank records ended before pos
@@ -726,9 +800,9 @@ class _CsvScan:
                 self._bad_utf8 = bad
                 self.bad_utf8_line = self.lines + int(np.searchsorted(ends, bad - pos)) + 1
         quotes = np.flatnonzero(buf == _QUOTE) if b'"' in data else buf[:0]
-        commas = np.flatnonzero(buf == _COMMA)
+        commas = np.flatnonzero(buf == self.delimiter)
         if quotes.size:
-            steps = _quote_steps(buf, quotes, self.prev, following)
+            steps = _quote_steps(buf, quotes, self.prev, following, self.delimiter)
             after = _prefix_states(steps, self.state)
             before = np.concatenate([[self.state], after[:-1]])
             k = np.searchsorted(quotes, ends)
@@ -826,10 +900,6 @@ def field_limit(block: int, fields: int) -> int:
 
 # A long field's replacement: an empty quoted field, which is missing (null), in any column.
 _MISSING_FIELD = b'""'
-_DELIMITERS = (b",", b"\n", b"\r")
-# What may come before a quote that opens a quoted field (-1: the start of the data), or before
-# the second quote of an escaped pair.
-_FIELD_STARTS = np.array([_COMMA, _LF, _CR, _QUOTE, -1], dtype=np.int16)
 
 
 def _first_of(data: bytes, needles: tuple[bytes, ...], start: int, end: int) -> int:
@@ -873,8 +943,10 @@ class _FieldCap:
     `""` at its end), so a field is judged whole before any byte of it is passed on.
     """
 
-    def __init__(self, block: int, fields: int | None) -> None:
-        self._block = block
+    def __init__(self, block: int, fields: int | None, delimiter: int = _COMMA) -> None:
+        self._block, self._delimiter = block, delimiter
+        self._ends = (bytes([delimiter]), b"\n", b"\r")  # what ends a field
+        self._starts = np.array([delimiter, _LF, _CR, _QUOTE, -1], dtype=np.int16)
         self.limit = None if fields is None else field_limit(block, fields)
         self._header_fields = 1  # fields of the header record seen so far
         self._state, self._prev = _OUT, -1
@@ -921,8 +993,8 @@ class _FieldCap:
         block goes on as it is, less its open field; otherwise `_general`."""
         limit, n = self.limit, len(data)
         assert limit is not None
-        first = _first_of(data, _DELIMITERS, 0, n)
-        last = _last_of(data, _DELIMITERS, 0, n)
+        first = _first_of(data, self._ends, 0, n)
+        last = _last_of(data, self._ends, 0, n)
         window = limit // 2 + 1  # every window holds a delimiter: fields <= 2 window - 2
         if (
             first < 0
@@ -930,7 +1002,7 @@ class _FieldCap:
             or n - last - 1 > limit
             or (last - first) // window > 64
             or not all(
-                _first_of(data, _DELIMITERS, i, i + window) >= 0
+                _first_of(data, self._ends, i, i + window) >= 0
                 for i in range(first + 1, last - window + 1, window)
             )
         ):
@@ -984,7 +1056,7 @@ class _FieldCap:
         takes as opening sits at the start of a field or right after a quote (the second of an
         escaped pair; by induction, the states then agree at every byte that is not a quote).
         Otherwise (a quote inside an unquoted field) the exact scan of `_quote_steps`."""
-        delims = np.flatnonzero((buf == _COMMA) | (buf == _LF) | (buf == _CR))
+        delims = np.flatnonzero((buf == self._delimiter) | (buf == _LF) | (buf == _CR))
         if not quoted:
             return delims if self._state == _OUT else delims[:0]
         quotes = np.flatnonzero(buf == _QUOTE)
@@ -997,7 +1069,7 @@ class _FieldCap:
             else:
                 self._state = _ESC if buf[-1] == _QUOTE and following == _QUOTE else _OUT
             return delims[~inside]
-        steps = _quote_steps(buf, quotes, self._prev, following)
+        steps = _quote_steps(buf, quotes, self._prev, following, self._delimiter)
         after = _prefix_states(steps, self._state)
         k = np.searchsorted(quotes, delims)
         states = np.where(k > 0, after[np.maximum(k - 1, 0)], self._state)
@@ -1015,7 +1087,7 @@ class _FieldCap:
         if opening.size and opening[0] == 0:
             escaped = self._prev == _QUOTE and self._state == _ESC
             before[0] = self._prev if self._prev != _QUOTE or escaped else 0
-        return odd if np.isin(before, _FIELD_STARTS).all() else None
+        return odd if np.isin(before, self._starts).all() else None
 
     def _general(
         self,
@@ -1031,11 +1103,12 @@ class _FieldCap:
         if self.limit is None:  # the header: passed on whole, its fields counted
             ends = bounds[(buf[bounds] == _LF) | (buf[bounds] == _CR)]
             if not ends.size:
-                self._header_fields += int(np.count_nonzero(buf[bounds] == _COMMA))
+                self._header_fields += int(np.count_nonzero(buf[bounds] == self._delimiter))
                 out.append(view)
                 return
             start = int(ends[0]) + 1
-            self._header_fields += int(np.count_nonzero(buf[bounds[bounds < start]] == _COMMA))
+            ends = buf[bounds[bounds < start]]
+            self._header_fields += int(np.count_nonzero(ends == self._delimiter))
             self.limit = field_limit(self._block, self._header_fields)
             out.append(view[:start])
             bounds = bounds[bounds >= start]
@@ -1076,10 +1149,12 @@ class _CsvFeed(pyio.RawIOBase):
     header-only file without a final line end gets one (pyarrow needs it).
     """
 
-    def __init__(self, blocks: _CsvBlocks, block: int, fields: int | None) -> None:
+    def __init__(
+        self, blocks: _CsvBlocks, block: int, fields: int | None, delimiter: int = _COMMA
+    ) -> None:
         super().__init__()
-        self._blocks, self._block = blocks.blocks(), block
-        self._cap = _FieldCap(block, fields)
+        self._blocks, self._block, self._delimiter = blocks.blocks(), block, delimiter
+        self._cap = _FieldCap(block, fields, delimiter)
         self._pieces: collections.deque[bytes | memoryview] = collections.deque()
         self._done, self._last = False, -1  # the last byte passed on
         self._state, self._prev = _OUT, -1
@@ -1129,7 +1204,13 @@ class _CsvFeed(pyio.RawIOBase):
             bad = self._utf8.check(data, pos, final=following < 0)
             if bad is not None:
                 self.bad_utf8 = True
-                scan = _CsvScan(self._block, pos=pos, state=self._state, prev=self._prev)
+                scan = _CsvScan(
+                    self._block,
+                    pos=pos,
+                    state=self._state,
+                    prev=self._prev,
+                    delimiter=self._delimiter,
+                )
                 self._cutter = (scan, bad)
         out = data
         if self._cutter is not None:
@@ -1142,7 +1223,9 @@ class _CsvFeed(pyio.RawIOBase):
             out = _masked_from(out, bad - pos)
         else:
             buf = np.frombuffer(data, dtype=np.uint8)
-            self._state = _quote_state(buf, data, self._state, self._prev, following)
+            self._state = _quote_state(
+                buf, data, self._state, self._prev, following, self._delimiter
+            )
             self._prev = data[-1]
             if following < 0:
                 self.unterminated = self._state != _OUT
@@ -1189,9 +1272,11 @@ class _CsvSource(InputSource):
         columns: list[str] | None,
         header: bool,
         batch_rows: int | None,
+        delimiter: str = ",",
     ) -> None:
         super().__init__(data.spool)
         self._data, self.name, self._header = data, data.name, header
+        self._sep = ord(delimiter)
         self._block = CSV_BLOCK_BYTES
         # fields per record, for the field limit: the header's (counted as it is read) or, with
         # --no-header, the columns named
@@ -1205,7 +1290,7 @@ class _CsvSource(InputSource):
                     "every field"
                 )
             wanted = names if columns is None else list(columns)
-            _check_columns(wanted, names, self.name)
+            _check_columns(wanted, names, self.name, csv_delimiter=delimiter)
         else:
             assert columns is not None
             if len(set(columns)) != len(columns):
@@ -1231,7 +1316,9 @@ class _CsvSource(InputSource):
         )
         invalid: list[tuple[int | None, int, int]] = []
         with self._data.open() as raw:
-            feed = _CsvFeed(_CsvBlocks(raw, self.name, self._block), self._block, self._fields)
+            feed = _CsvFeed(
+                _CsvBlocks(raw, self.name, self._block), self._block, self._fields, self._sep
+            )
             names = None if self._header else self.all_columns
             reader, failed = self._reader(feed, invalid, convert, names), False
             out = _Rebatch(self.batch_rows)
@@ -1280,7 +1367,9 @@ class _CsvSource(InputSource):
                     autogenerate_column_names=not self._header and not names,
                 ),
                 parse_options=pacsv.ParseOptions(
-                    newlines_in_values=True, invalid_row_handler=on_invalid
+                    delimiter=chr(self._sep),
+                    newlines_in_values=True,
+                    invalid_row_handler=on_invalid,
                 ),
                 convert_options=convert,
             )
@@ -1294,7 +1383,9 @@ class _CsvSource(InputSource):
         finds the first one in the file.
         """
         with self._data.open() as raw:
-            feed = _CsvFeed(_CsvBlocks(raw, self.name, self._block), self._block, self._fields)
+            feed = _CsvFeed(
+                _CsvBlocks(raw, self.name, self._block), self._block, self._fields, self._sep
+            )
             reader = self._reader(feed, [], None)
             names = None
             if reader is not None:
@@ -1313,7 +1404,9 @@ class _CsvSource(InputSource):
         invalid: list[tuple[int | None, int, int]] = []
         nothing = pacsv.ConvertOptions(include_columns=[_NO_COLUMN], include_missing_columns=True)
         with self._data.open() as raw:
-            feed = _CsvFeed(_CsvBlocks(raw, self.name, self._block), self._block, self._fields)
+            feed = _CsvFeed(
+                _CsvBlocks(raw, self.name, self._block), self._block, self._fields, self._sep
+            )
             reader, failed = self._reader(feed, invalid, nothing), False
             if reader is not None:
                 try:
@@ -1334,7 +1427,9 @@ class _CsvSource(InputSource):
         number, expected, actual = invalid[0] if invalid else (None, 0, 0)
         with self._data.open() as raw:
             blocks = _CsvBlocks(raw, self.name, self._block)
-            scan = _CsvScan(self._block, want=number, utf8=True, fields=self._fields)
+            scan = _CsvScan(
+                self._block, want=number, utf8=True, fields=self._fields, delimiter=self._sep
+            )
             for data, _, following in blocks.blocks():
                 scan.feed(data, following)
                 if number is not None and scan.want_ended:
@@ -1400,18 +1495,33 @@ class _Rebatch:
         self._parts, self._count = [], 0
 
 
-def _check_columns(wanted: list[str], available: list[str], name: str) -> None:
-    """Every wanted column exists exactly once in `available`, and none is wanted twice."""
+def _check_columns(
+    wanted: list[str], available: list[str], name: str, csv_delimiter: str | None = None
+) -> None:
+    """Every wanted column exists exactly once in `available`, and none is wanted twice. For a
+    CSV whose header is one field holding another common separator, the error says which
+    --delimiter would split it."""
     counts = Counter(available)
     for col in wanted:
         if col not in counts:
             raise UsageError(
                 f"column '{col}' not found in {name} (available: {_names_list(available)})"
+                + _delimiter_hint(available, csv_delimiter)
             )
         if counts[col] > 1:
             raise DataError(f"column name '{col}' appears more than once in the header of {name}")
     if len(set(wanted)) != len(wanted):
         raise UsageError("a column is requested more than once")
+
+
+def _delimiter_hint(header: list[str], delimiter: str | None) -> str:
+    if delimiter is None or len(header) != 1:
+        return ""
+    for sep, flag in ((";", "';'"), ("\t", "tab"), ("|", "'|'"), (",", "','")):
+        if sep != delimiter and sep in header[0]:
+            shown = "a tab" if sep == "\t" else f"'{sep}'"
+            return f"; the header is one field holding {shown}: give --delimiter {flag}"
+    return ""
 
 
 def _names_list(names: list[str], limit: int = 30) -> str:
@@ -1694,6 +1804,7 @@ def write_outputs(
     schema: pa.Schema | None = None,
     extra: Mapping[str, Content | Callable[[], Content]] | None = None,
     private: Collection[str] = (),
+    final: bool = False,
 ) -> None:
     """Write a table, or an iterable of record batches (or tables) with `schema`, to `path`
     ("-" = stdout) as `fmt`, and each `extra` {path: content} (e.g. the JSON report); the
@@ -1711,24 +1822,23 @@ def write_outputs(
     before it is written; batches for stdout are then first staged in an anonymous temporary
     file, so that the extra files are committed only once the whole table exists (without
     extra files they go to stdout as they come).
+
+    `final`: these are the run's last outputs. Once they are all in place (the table written to
+    stdout too), the run is finished: a stop signal held during the renames is dropped rather
+    than raised, and `finished()` says so (the CLI then exits 0 on a later Ctrl-C).
     """
     if fmt not in FORMATS:
         raise UsageError(f"unknown output format '{fmt}' (expected csv or parquet)")
     extras = dict(extra or {})
-    files = ([] if path == STDIO else [path]) + list(extras)
-    for out in files:
-        if out == STDIO:
-            raise UsageError("only the table can be written to stdout ('-')")
-        _refuse_input(out, input_path)
-        _check_output_path(out)
-    resolved = [os.path.realpath(p) for p in files]
-    if len(set(resolved)) != len(resolved):
-        raise UsageError(f"two outputs would be written to the same file ({', '.join(files)})")
+    if STDIO in extras:
+        raise UsageError("only the table can be written to stdout ('-')")
+    _check_paths([path, *extras], input_path)
     pieces, schema = _pieces(data, schema)
     with contextlib.ExitStack() as keep:
         staged: BinaryIO | None = None
+        done = final and path != STDIO
         with contextlib.ExitStack() as stack:  # commit together: temp files first, renames last
-            stack.callback(_set_signals_blocked, False)  # runs after every rename
+            stack.push(_release_after_commit(done))  # runs after every rename
             for out, content in extras.items():
                 if not callable(content):
                     side = stack.enter_context(atomic_output(out, private=out in private))
@@ -1751,6 +1861,80 @@ def write_outputs(
                 _write_stdout(iter(lambda: staged.read(_SPOOL_CHUNK), b""))
             else:
                 _write_stdout(_serialise(pieces, schema, path, fmt))
+    if final:
+        _finished[0] = True
+
+
+def finished() -> bool:
+    """Whether the run's final outputs are all in place (`write_outputs(final=True)`,
+    `write_part_directory(final=True)`): a stop now must not turn a complete run into a failed
+    one."""
+    return _finished[0]
+
+
+def start_run() -> None:
+    """Forget an earlier run's `finished` (commands run in one process, e.g. in tests)."""
+    _finished[0] = False
+
+
+_finished = [False]
+
+
+def _release_after_commit(done: bool) -> Callable[..., None]:
+    """The exit callback that releases held stop signals after the renames: a signal held
+    meanwhile is raised, unless `done` (the run's final outputs) and the renames succeeded:
+    the run is then complete, and the stop is dropped."""
+
+    def release(exc_type: Any, _exc: Any, _tb: Any) -> None:
+        _set_signals_blocked(False, drop=done and exc_type is None)
+
+    return release
+
+
+def check_outputs(paths: Iterable[str | None], input_path: str | None) -> None:
+    """Refuse, before any data is read, outputs that could not be written at the end: a missing
+    directory, a directory as a file's name, the input, two outputs on one file (usage errors),
+    a directory where no file can be created or a closed stdout (data errors, as when the
+    write itself fails). `paths` may hold None (an output not asked for) and "-" (stdout)."""
+    wanted = [p for p in paths if p is not None]
+    _check_paths(wanted, input_path)
+    for out in dict.fromkeys(wanted):
+        if out == STDIO:
+            if sys.stdout is None:
+                raise DataError(_STDOUT_CLOSED)
+        else:
+            _probe_directory(out)
+
+
+def _check_paths(paths: list[str], input_path: str | None) -> None:
+    """The checks `write_outputs` and `check_outputs` share (stdout at most once)."""
+    files = [p for p in paths if p != STDIO]
+    if len(files) < len(paths) - 1:
+        raise UsageError("only one output can go to stdout ('-')")
+    for out in files:
+        _refuse_input(out, input_path)
+        _check_output_path(out)
+    resolved = [os.path.realpath(p) for p in files]
+    if len(set(resolved)) != len(resolved):
+        raise UsageError(f"two outputs would be written to the same file ({', '.join(files)})")
+
+
+def _probe_directory(path: str) -> None:
+    """Create and remove a temporary file where `atomic_output` will put `path`'s, so that a
+    read-only directory fails now rather than after the work (named like `atomic_output`'s
+    temporary files, so a run killed in between leaves nothing a later run keeps)."""
+    target, directory = _check_output_path(path)
+    _set_signals_blocked(True)
+    try:
+        fd, tmp = tempfile.mkstemp(
+            dir=directory, prefix=f"{_temp_prefix(target)}{os.getpid()}-", suffix=".tmp"
+        )
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise DataError(f"cannot write {path}: {_reason(exc)}") from None
+    finally:
+        _set_signals_blocked(False)
 
 
 def _encoded(content: Content) -> bytes:
@@ -1797,10 +1981,11 @@ def _conform(item: Piece, schema: pa.Schema) -> Piece:
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
-def _set_signals_blocked(blocked: bool) -> None:
+def _set_signals_blocked(blocked: bool, *, drop: bool = False) -> None:
     """Hold back stop signals while outputs are renamed into place (or a temporary file is
     created and registered for removal), so that a run stopped then leaves all of its files or
-    none: a signal that arrives meanwhile is recorded and raised again when they are released.
+    none: a signal that arrives meanwhile is recorded and raised again when they are released
+    (unless `drop`: the run is complete, see `write_outputs`' `final`).
 
     Python runs signal handlers in the main thread whichever thread the operating system chose,
     so replacing the handlers holds even while pyarrow's threads run (pthread_sigmask would not:
@@ -1818,7 +2003,7 @@ def _set_signals_blocked(blocked: bool) -> None:
         globals()["_held"] = None
         for s, h in handlers.items():
             signal.signal(s, h)
-        if pending:
+        if pending and not drop:
             signal.raise_signal(pending[0])
 
 
@@ -1966,7 +2151,12 @@ class _Collector:
         return data
 
 
+_STDOUT_CLOSED = f"cannot write {STDOUT_NAME}: it is closed (give -o FILE, or redirect it)"
+
+
 def _write_stdout(chunks: Iterable[bytes | pa.Buffer]) -> None:
+    if sys.stdout is None:  # started with stdout closed (`>&-`): Python then has no sys.stdout
+        raise DataError(_STDOUT_CLOSED)
     out = getattr(sys.stdout, "buffer", None)
     if out is None:
         raise DataError(f"cannot write binary data to {STDOUT_NAME}")
@@ -2182,6 +2372,7 @@ def write_part_directory(
     input_path: str | None,
     extra: Mapping[str, Content] | None = None,
     private: Collection[str] = (),
+    final: bool = False,
 ) -> int:
     """Write a directory of part files at `path`, and each `extra` {path: content} file after
     it (owner-only if in `private`), all or nothing, as `write_outputs` does for one file;
@@ -2191,7 +2382,8 @@ def write_part_directory(
     directory `tmp` (Dask workers do, for `--engine dask`) and returns k, once all are written.
     Then every part must be there (workers that wrote to storage this machine does not see are
     caught here), anything else in it (a dead task's temporary file) is removed, and the
-    directory and the extra files are renamed into place with stop signals held.
+    directory and the extra files are renamed into place with stop signals held. `final`: as
+    for `write_outputs`.
     """
     if fmt not in FORMATS:
         raise UsageError(f"unknown output format '{fmt}' (expected csv or parquet)")
@@ -2209,7 +2401,7 @@ def write_part_directory(
         raise UsageError(f"two outputs would be written to the same file ({', '.join(extras)})")
     suffix = part_suffix(path, fmt)
     with contextlib.ExitStack() as stack:  # commit together: temporary files first, renames last
-        stack.callback(_set_signals_blocked, False)  # runs after every rename
+        stack.push(_release_after_commit(final))  # runs after every rename
         for out, content in extras.items():  # entered first, so renamed after the directory
             side = stack.enter_context(atomic_output(out, private=out in private))
             side.write(_encoded(content))
@@ -2217,6 +2409,8 @@ def write_part_directory(
         parts = fill(tmp)
         _settle_parts(tmp, parts, suffix, path)
         _set_signals_blocked(True)  # a SIGTERM now waits until all renames are done
+    if final:
+        _finished[0] = True
     return parts
 
 
@@ -2243,6 +2437,9 @@ def _settle_parts(tmp: str, parts: int, suffix: str, path: str) -> None:
             os.rename(os.path.join(tmp, name), os.path.join(tmp, part_name(i, suffix, digits)))
 
 
-def write_text_stdout(text: str) -> None:
-    """Text (a JSON report, a plan) to stdout; a closed pipe raises OutputClosed as tables do."""
+def write_text_stdout(text: str, *, final: bool = False) -> None:
+    """Text (a JSON report, a plan) to stdout; a closed pipe raises OutputClosed as tables do.
+    `final`: the run's last output (see `write_outputs`)."""
     _write_stdout([text.encode("utf-8")])
+    if final:
+        _finished[0] = True

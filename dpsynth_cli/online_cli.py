@@ -25,6 +25,7 @@ from dpsynth_cli.online import PRIVACY_MODEL, ReplayOptions, replay
 from dpsynth_cli.online.params import ALLOCATIONS
 from dpsynth_cli.online.replay import REPORT_NAME, check_dirs, plan_for
 from dpsynth_cli.online.stream import SORTED_IN_MEMORY, open_stream
+from dpsynth_cli.privacy.ledger import check_epsilon
 from dpsynth_cli.privacy.noise import RandomSource
 
 
@@ -38,7 +39,7 @@ Eps = Annotated[
         "--eps",
         metavar="EPS",
         help="Privacy budget epsilon of the whole stream: all its releases, in this run and in "
-        "every run that continues --state, e.g. --eps 1.",
+        "every run that continues --state, e.g. --eps 1 (at most 1000).",
     ),
 ]
 OutDir = Annotated[
@@ -177,6 +178,7 @@ def online_replay(
     input_format: opt.InputFormat = None,
     columns: opt.Columns = None,
     no_header: opt.NoHeader = False,
+    delimiter: opt.Delimiter = None,
     bounds: opt.Bounds = None,
     integer: opt.Integer = None,
     schema: opt.Schema = None,
@@ -185,9 +187,8 @@ def online_replay(
 ) -> None:
     """Replay INPUT's rows in order as a stream and release DP synthetic data at checkpoints.
 
-    All releases of the stream, in this run and in every later run that continues --state, are
-    together eps-DP (dissertation ch. 5, Algorithms 10-12): publish a growing table's synthetic
-    copy every day without paying eps again. Every column needs declared bounds.
+    Publish a growing table's synthetic copy every day without paying eps again (dissertation
+    ch. 5, Algorithms 10-12; the privacy model below). Every column needs declared bounds.
     """
     feedback = Feedback(quiet)
     declared = declare_columns(columns, schema, bounds, integer)
@@ -213,13 +214,16 @@ def online_replay(
         row_counts_public=row_counts_public,
     )
     in_fmt = io.detect_format(input, input_format)
+    check_epsilon(eps)  # usage errors before the input is opened
     check_dirs(out_dir, state)
     if os.path.isdir(input) and os.path.isdir(out_dir) and os.path.samefile(input, out_dir):
         raise UsageError("--out-dir is the input directory: the releases would be read as input")
     if seed is not None:
         feedback.warning(f"--seed given: {report.NOT_FOR_RELEASE}")
     extra = [order_by] if order_by is not None and order_by not in declared.names else []
-    with io.open_input(input, in_fmt, declared.names + extra, header=not no_header) as read:
+    names = declared.names + extra
+    sep = io.delimiter_flag(delimiter)
+    with io.open_input(input, in_fmt, names, header=not no_header, delimiter=sep) as read:
         typed = in_fmt == "parquet"
         specs = declared.resolve(
             read.schema, typed=typed, all_columns=read.all_columns, numbers_only="online-replay"
@@ -241,7 +245,7 @@ def online_replay(
                 command=["dpsynth", *sys.argv[1:]],
                 progress=feedback.counter("replaying the stream"),
             )
-    for notice in result.notices:
+    for notice in result.notices + vacuous_notice(result.report):
         feedback.notice(notice)
     if seed is None and result.report["seeded"]:
         feedback.warning(f"the state was started by a --seed run: {report.NOT_FOR_RELEASE}")
@@ -255,6 +259,23 @@ def online_replay(
             markup=False,
             highlight=False,
         )
+
+
+def vacuous_notice(report: dict) -> list[str]:
+    """Once per run, in plain words, when this run's releases carry a vacuous a-priori bound
+    (the report's `"vacuous": true`): a function of the public checkpoints and plan only."""
+    this_run = set(report["checkpoints_this_run"])
+    vacuous = [
+        c["rows"] for c in report["checkpoints"] if c["rows"] in this_run and c.get("vacuous")
+    ]
+    if not vacuous:
+        return []
+    which = "every release" if len(vacuous) == len(this_run) else f"{len(vacuous)} releases"
+    return [
+        f"{which} of this run (up to {max(vacuous)} rows) has a vacuous a-priori W1 bound "
+        '(>= 1, the report\'s "vacuous": true): at those stream lengths the releases are '
+        "mostly noise; later checkpoints, a larger --eps or fewer columns help"
+    ]
 
 
 # The privacy model is part of the interface: --help shows the text the report carries.

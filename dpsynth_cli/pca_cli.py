@@ -26,6 +26,7 @@ from dpsynth_cli.domain import (
 )
 from dpsynth_cli.errors import UsageError
 from dpsynth_cli.pca import METHODS, components_in_columns, run_pca, validate
+from dpsynth_cli.privacy.ledger import check_epsilon
 from dpsynth_cli.privacy.noise import RandomSource
 
 Components = Annotated[
@@ -72,7 +73,8 @@ PcaOutput = Annotated[
 REPORT_SCHEMA = "dpsynth.pca-report/1"
 EXAMPLES = (
     "dpsynth pca data.csv --eps 1 --schema schema.json -k 2 -o pcs.csv",
-    "dpsynth pca data.parquet --eps 1 --delta 1e-6 -k 3 --bounds a=0:1,b=0:10 --report pca.json",
+    "dpsynth pca data.parquet --eps 1 --delta 1e-6 -k 2 --bounds a=0:1 --bounds b=0:10 "
+    "--report pca.json",
 )
 
 
@@ -87,6 +89,7 @@ def pca(
     output_format: opt.OutputFormat = None,
     columns: opt.Columns = None,
     no_header: opt.NoHeader = False,
+    delimiter: opt.Delimiter = None,
     bounds: opt.Bounds = None,
     schema: opt.Schema = None,
     neighboring: opt.Neighboring = "add-remove",
@@ -107,11 +110,19 @@ def pca(
     declared = declare_columns(columns, schema, bounds)
     in_fmt = io.detect_format(input, input_format)
     out_fmt = io.detect_format(output, output_format)
-    report_file = report_path or (None if output == "-" else output + ".report.json")
+    report_file = report.report_path(report_path, output)
+    check_epsilon(eps)  # usage errors before the input is opened
+    io.check_outputs([output, report_file], input)
     if seed is not None:
         feedback.warning(f"--seed given: {report.NOT_FOR_RELEASE}")
     with feedback.step("reading input"):
-        read = io.open_input(input, in_fmt, declared.names, header=not no_header)
+        read = io.open_input(
+            input,
+            in_fmt,
+            declared.names,
+            header=not no_header,
+            delimiter=io.delimiter_flag(delimiter),
+        )
     with read:
         typed = in_fmt == "parquet"
         choice = declared.resolve(
@@ -151,9 +162,12 @@ def pca(
         output,
         out_fmt,
         input_path=input,
-        extra={report_file: report.dumps(public)} if report_file else None,
+        extra=report.files({report_file: public}),
+        final=report_file != "-",  # else the report on stdout finishes the run
     )
-    if report_file is None:
+    if report_file == "-":  # after the files: a reader of stdout may stop at any time
+        io.write_text_stdout(report.dumps(public), final=True)
+    elif report_file is None:
         feedback.notice("no report written (the output went to stdout): add --report FILE")
     _summary(feedback, public, output, report_file)
 
@@ -193,8 +207,9 @@ def _summary(feedback: Feedback, public: dict, output: str, report_file: str | N
     if not feedback.interactive:
         return
     ledger = public["privacy"]
+    where = {None: "(not written)", "-": "stdout"}.get(report_file, report_file)
     feedback.console.print(
         f"dpsynth pca: {public['k']} components by {public['method']}, epsilon "
         f"{ledger['total_epsilon']:.6g}, delta {ledger.get('total_delta', 0.0):.3g}; output "
-        f"{'stdout' if output == '-' else output}; report {report_file or '(not written)'}"
+        f"{'stdout' if output == '-' else output}; report {where}"
     )

@@ -12,6 +12,7 @@ from typing import Any
 
 from dpsynth_cli import __version__
 from dpsynth_cli.domain import ColumnChoice, Domain
+from dpsynth_cli.errors import UsageError
 from dpsynth_cli.mechanisms.base import MechanismRun
 from dpsynth_cli.privacy.ledger import Ledger
 
@@ -108,6 +109,19 @@ def build_report(
         if constraints["declared"] and run.w1_bound is not None:
             report["accuracy"]["constraints_note"] = CONSTRAINTS_NOTE
     return report
+
+
+def report_path(flag: str | None, output: str) -> str | None:
+    """Where the report goes: --report FILE, or '-' (stdout, after the output's files are
+    written), else OUTPUT.report.json next to a file output, else nowhere (a notice says so)."""
+    if flag == "-" and output == "-":
+        raise UsageError("--report - and the table cannot both go to stdout: give -o FILE")
+    return flag or (None if output == "-" else output.rstrip("/") + ".report.json")
+
+
+def files(outputs: dict[str | None, Any]) -> dict[str, str]:
+    """{path: JSON text} of the outputs that go to files (not None, not stdout)."""
+    return {path: dumps(content) for path, content in outputs.items() if path not in (None, "-")}
 
 
 def dumps(report: dict[str, Any]) -> str:

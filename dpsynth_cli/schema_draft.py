@@ -20,9 +20,10 @@ NOTE = (
     "read from the data are not private) and remove the keys that do not apply: 'lower'/'upper' "
     "are numbers for float/integer (remove both to spend part of --eps on a DP estimate) and ISO "
     "strings for date/datetime; 'levels' is the list of a category's levels. Remove the columns "
-    "you do not want to synthesise. Optional keys: 'nullable': true (integer, boolean, category, "
-    "date: missing becomes a level of its own), 'other': the level of undeclared values "
-    "(category), 'timezone' (datetime)."
+    "you do not want to synthesise. Optional keys: 'nullable': true (any type: missing becomes a "
+    "level of its own; a float or integer column then needs 'lower' and 'upper'), 'other': the "
+    "level of undeclared values (category), 'timezone' (datetime). Any other key is refused; "
+    "keys that start with '_' are comments."
 )
 TYPE = f"{FILL}: {'|'.join(KINDS)}"
 BOUND = f"{FILL} (float, integer, date, datetime)"

@@ -20,6 +20,7 @@ KS_CRITICAL = 1.63  # c(alpha) of the Kolmogorov distribution at alpha = 0.01
 UNIFORM_LEVEL = 0.99
 MIN_ROWS = 50  # below this, a KS test cannot tell a release from noise: no verdict
 MAX_ROWS = 100_000  # rows tested at most (sorting all of a 10^6 x 30 output costs seconds)
+RESOLVABLE_SCALES = 10.0  # see `resolvable`
 STRONG_EPSILON = 10.0  # above this, the guarantee is weak (e^10 ~ 22,000 likelihood ratio)
 
 
@@ -40,9 +41,21 @@ def uniform_columns(points: np.ndarray) -> list[int] | None:
 
 
 def signal_block(
-    points: np.ndarray, names: list[str], w1_bound: float | None
+    points: np.ndarray,
+    names: list[str],
+    w1_bound: float | None,
+    *,
+    noisy_rows: int | None = None,
+    empty_floor: int | None = None,
+    eps_rows: float | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
-    """The report's `accuracy.signal` block and the notices for the user."""
+    """The report's `accuracy.signal` block and the notices for the user.
+
+    Besides the output, it reads released or public numbers only: the noisy row count against
+    `empty_floor` (the noisy count an empty table exceeds with probability below 1%,
+    `count.empty_floor`): at or below it, the release is mostly noise; and `eps_rows`, the
+    mechanism's epsilon times the noisy count, which says whether a release could have shown
+    structure (`resolvable`) when every column came out uniform."""
     uniform = uniform_columns(points)
     vacuous = w1_bound is not None and w1_bound >= 1.0
     block: dict[str, Any] = {
@@ -51,26 +64,52 @@ def signal_block(
         f"bounds below {KS_CRITICAL}/sqrt(rows) (a uniform sample passes with probability "
         f"{UNIFORM_LEVEL}); computed from the output only",
     }
-    little = vacuous or (uniform is not None and len(uniform) == len(names) and len(names) > 1)
-    block["little_signal"] = little
-    notices = []
-    if little:
+    noise_only = noisy_rows is not None and empty_floor is not None and noisy_rows <= empty_floor
+    if empty_floor is not None:
+        block["mostly_noise"] = noise_only
+        block["empty_table_floor"] = empty_floor
+        block["empty_table_floor_note"] = (
+            "a table without rows gives a noisy row count above this with probability below "
+            "1%; a release sized at or below it is mostly noise (post-processing of the count)"
+        )
+    every = uniform is not None and len(uniform) == len(names) and len(names) > 1
+    thin = every and not resolvable(eps_rows, len(names))
+    block["little_signal"] = noise_only or vacuous or thin
+    if noise_only:
+        return block, [
+            f"the noisy row count is {noisy_rows}, within the noise of an empty table (one "
+            f"without rows gives more than {empty_floor} with probability below 1%): the "
+            "release is mostly noise; use a larger --eps, or more rows"
+        ]
+    if vacuous or thin:
         why = (
             "its a-priori W1 bound is vacuous"
             if vacuous
             else "every synthetic column is uniform on its bounds"
         )
-        notices.append(
+        return block, [
             f"the release carries little signal ({why}): with {len(names)} columns the budget "
             "is spread too thin; use fewer columns (--columns), a larger --eps, or more rows"
-        )
-    elif uniform:
+        ]
+    if every:
+        return block, [
+            "every synthetic column is uniform on its bounds; at this --eps and row count a "
+            "release would show structure, so the data are probably close to uniform there too"
+        ]
+    if uniform:
         listed = ", ".join(f"'{names[j]}'" for j in uniform)
-        notices.append(
+        return block, [
             f"synthetic columns uniform on their bounds: {listed} (either the data are, or the "
             "release holds no signal there)"
-        )
-    return block, notices
+        ]
+    return block, []
+
+
+def resolvable(eps_rows: float | None, d: int) -> bool:
+    """Could a release show structure? Yes when the 2^d cells that halve every column once
+    would hold RESOLVABLE_SCALES noise scales each on average (eps x noisy rows / 2^d): a
+    column that is not uniform then shows in any mechanism's output. Unknown: no."""
+    return eps_rows is not None and eps_rows / 2.0 ** min(d, 60) >= RESOLVABLE_SCALES
 
 
 def weak_guarantee_notice(epsilon: float) -> list[str]:

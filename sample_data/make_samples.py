@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 HERE = Path(__file__).parent
+SEED = 20261122
 
 
 def two_clusters(rng: np.random.Generator, n: int = 2000) -> pd.DataFrame:
@@ -20,8 +21,9 @@ def two_clusters(rng: np.random.Generator, n: int = 2000) -> pd.DataFrame:
 
 
 def patients(rng: np.random.Generator, n: int = 5000) -> pd.DataFrame:
-    """A hospital-like table: integer age, blood pressure and cholesterol that depend on age."""
-    age = rng.integers(18, 91, n)
+    """A hospital-like table: integer age (most patients are older: a bell around 60, not
+    uniform on the bounds), blood pressure and cholesterol that depend on age."""
+    age = np.clip(np.round(rng.normal(60, 16, n)), 18, 90).astype(np.int64)
     bp = np.clip(100 + 0.5 * age + rng.normal(0, 12, n), 80, 220).round(1)
     chol = np.clip(150 + 0.8 * age + rng.normal(0, 30, n), 100, 350).round(1)
     return pd.DataFrame({"age": age, "systolic_bp": bp, "cholesterol": chol})
@@ -60,7 +62,7 @@ def admissions(rng: np.random.Generator, n: int = 4000) -> pd.DataFrame:
 
 
 if __name__ == "__main__":
-    rng = np.random.default_rng(20261122)
+    rng = np.random.default_rng(SEED)
     two_clusters(rng).to_csv(HERE / "two_clusters.csv", index=False)
     patients(rng).to_csv(HERE / "patients.csv", index=False)
     admissions(rng).to_csv(HERE / "admissions.csv", index=False)

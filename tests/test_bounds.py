@@ -108,7 +108,7 @@ def test_the_error_points_to_declared_bounds_first():
     text = str(err.value)
     assert text.startswith(
         "column 'income' has no bounds: declare them with --bounds income=LOWER:UPPER or in "
-        "--schema."
+        "--schema, where a text column is a category with its levels"
     )
     assert "--bounds-eps" in text and "--columns" in text and "987654" not in text
     notice = bounds.estimated_notice("year", Fraction(1, 10), 2000.0, 2016.0)
@@ -117,7 +117,7 @@ def test_the_error_points_to_declared_bounds_first():
         "--schema"
     )
     assert "2000:2016 at epsilon 0.1" in notice
-    assert f"roughly {bounds.rows_needed(Fraction(1, 100))} rows" in text
+    assert f"roughly {bounds.rows_needed(Fraction(1, 100))} of them" in text
     assert ledger.spent == Fraction(1, 100)  # the spend is recorded even when nothing is found
 
 

@@ -178,7 +178,7 @@ def write(tmp_path, name, text):
     [
         (lambda p: [p / "nope.csv", "--eps", 1], 1, "nope.csv"),
         (lambda p: [write(p, "empty.csv", ""), "--eps", 1], 1, "empty.csv"),
-        (lambda p: [write(p, "t.csv", "a,b\nx,y\n"), "--eps", 1], 1, "--bounds a=LOWER:UPPER"),
+        (lambda p: [write(p, "t.csv", "a,b\nx,y\n"), "--eps", 1], 1, "no bounds ('a', 'b')"),
         (lambda p: [write(p, "t.csv", "1,2\n3,4\n"), "--eps", 1], 1, "--no-header"),
         (lambda p: [write(p, "t.csv", "1,2\n"), "--eps", 1, "--no-header"], 2, "--columns"),
         (

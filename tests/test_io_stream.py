@@ -500,6 +500,8 @@ def test_empty_or_corrupt_parquet_directory(tmp_path):
     write_parts(root, {"a.parquet": pa.table({"x": [1.5]})})
     (root / "b.parquet").write_bytes(b"PAR1 garbage")
     assert str(root / "b.parquet") in data_error(dio.open_input, str(root), "parquet", None)
+    assert dio.detect_format(str(root), None) == "parquet"  # its files' extensions say it
+    (root / "c.csv").write_text("x\n1\n")
     with pytest.raises(UsageError, match="--input-format parquet"):
         dio.detect_format(str(root), None)
     assert dio.detect_format(str(tmp_path / "ds.parquet") + "/", None) == "parquet"

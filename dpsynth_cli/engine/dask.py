@@ -200,6 +200,7 @@ def write_output(
     extra: Mapping[str, str | bytes] | None = None,
     private: Collection[str] = (),
     window: int | None = None,
+    final: bool = False,
 ) -> int:
     """Write the output as a directory of part files, part i = batch i of `plan`, each placed
     and written by a worker (`tables(batch)`: placement and map back), all or nothing with the
@@ -207,7 +208,8 @@ def write_output(
     the number of parts.
 
     `plan` is consumed lazily and at most `window` batches (default: twice the workers' threads)
-    are out at once, so the client holds a few batch plans, never the output.
+    are out at once, so the client holds a few batch plans, never the output. `final`: the
+    run's last outputs (`io.write_outputs`).
     """
     suffix = io.part_suffix(path, fmt)
 
@@ -215,7 +217,7 @@ def write_output(
         return _write_parts(client, tables, iter(plan), tmp, path, suffix, fmt, schema, window)
 
     return io.write_part_directory(
-        fill, path, fmt, input_path=input_path, extra=extra, private=private
+        fill, path, fmt, input_path=input_path, extra=extra, private=private, final=final
     )
 
 

@@ -67,6 +67,7 @@ from typing import Any
 
 import numpy as np
 
+from dpsynth_cli.domain import DRAFT_HINT, bounds_flag
 from dpsynth_cli.errors import DataError
 from dpsynth_cli.privacy import noise
 from dpsynth_cli.privacy.ledger import Ledger, Spend, histogram_sensitivity
@@ -295,24 +296,52 @@ def release(
     return np.where(found, lower, np.nan), np.where(found, upper, np.nan), p
 
 
-def no_bounds_message(column: str, epsilon: Fraction, relation: str = "add-remove") -> str:
-    """The DataError when step 1 finds nothing: declared bounds first; no data values in it."""
+class NoBoundsFound(DataError):
+    """Step 1 found nothing in `column` (a function of its noisy histogram alone). `synth`
+    gathers these over every undeclared column into one message (`no_bounds_message`)."""
+
+    def __init__(self, column: str, epsilon: Fraction, relation: str) -> None:
+        super().__init__(no_bounds_message([column], epsilon, relation))
+        self.column = column
+
+
+def no_bounds_message(columns: list[str], epsilon: Fraction, relation: str = "add-remove") -> str:
+    """The DataError when step 1 finds nothing in `columns` (each estimated at `epsilon`):
+    declared bounds first, every such column named, no data values in it. A row counts only
+    when every chosen column holds a number, so one text column empties every histogram: the
+    message says so instead of blaming a column of numbers, and says how to declare text."""
+    if len(columns) == 1:
+        head = (
+            f"column '{columns[0]}' has no bounds: declare them with {bounds_flag(columns[0])} or "
+            f"in --schema, where a text column is a category with its levels ({DRAFT_HINT})"
+        )
+        found = (
+            f"The private estimate at epsilon {float(epsilon):.4g} found nothing above its noise"
+        )
+    else:
+        named = ", ".join(f"'{c}'" for c in columns)
+        head = (
+            f"{len(columns)} columns have no bounds ({named}): declare them in --schema, a column "
+            "of numbers with 'lower' and 'upper' and a text column as a category with its "
+            f"'levels' ({DRAFT_HINT}), or give --bounds COL=LOWER:UPPER for each column of numbers"
+        )
+        found = (
+            f"The private estimate at epsilon {float(epsilon):.4g} per column found nothing "
+            "above its noise in any of them"
+        )
     return (
-        f"column '{column}' has no bounds: declare them with --bounds {column}=LOWER:UPPER or "
-        f"in --schema. The private estimate at epsilon {float(epsilon):.4g} found nothing above "
-        f"its noise: at this epsilon it needs roughly {rows_needed(epsilon, relation)} rows "
-        f"with a number in this column (more if they are spread out); raise --bounds-eps, or "
-        f"leave the column out with --columns"
+        f"{head}. {found}: it counts only rows with a number in every chosen column (one text "
+        f"column leaves none) and needs roughly {rows_needed(epsilon, relation)} of them (more "
+        "if they are spread out); raise --bounds-eps, or leave columns out with --columns"
     )
 
 
 def estimated_notice(column: str, epsilon: Fraction, lower: float, upper: float) -> str:
     """The notice for bounds that were estimated (released values only, never the data's)."""
     return (
-        f"column '{column}' has no declared bounds: declare them with --bounds "
-        f"{column}=LOWER:UPPER or in --schema (exact, and no epsilon spent); used a private "
-        f"estimate instead, {lower:g}:{upper:g} at epsilon {float(epsilon):.4g}, and rows "
-        f"outside it are clamped"
+        f"column '{column}' has no declared bounds: declare them with {bounds_flag(column)} or "
+        f"in --schema (exact, and no epsilon spent); used a private estimate instead, "
+        f"{lower:g}:{upper:g} at epsilon {float(epsilon):.4g}, and rows outside it are clamped"
     )
 
 
@@ -344,5 +373,5 @@ def estimate_bounds(
         )
     )
     if found is None:
-        raise DataError(no_bounds_message(column, epsilon, ledger.relation))
+        raise NoBoundsFound(column, epsilon, ledger.relation)
     return found

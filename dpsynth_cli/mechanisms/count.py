@@ -8,10 +8,13 @@ Sensitivity 1 under add/remove; 0 under replace-one (n is then public), for whic
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 from dpsynth_cli.privacy import noise
 from dpsynth_cli.privacy.ledger import Ledger, Spend
+
+EMPTY_TABLE_PROBABILITY = 0.01  # of a noisy count above `empty_floor` when the table is empty
 
 
 def noisy_count(n: int, epsilon: Fraction, source: noise.RandomSource, ledger: Ledger) -> int:
@@ -29,3 +32,12 @@ def noisy_count(n: int, epsilon: Fraction, source: noise.RandomSource, ledger: L
         )
     )
     return released
+
+
+def empty_floor(epsilon: Fraction) -> int:
+    """The noisy count that a table with no rows at all exceeds with probability below
+    EMPTY_TABLE_PROBABILITY: a release sized at or below it is within the noise of an empty
+    table. For the noise of scale s (`noisy_count`), P(Z > t) < exp(-t / s). A function of
+    epsilon alone (public), so comparing the released count with it is post-processing."""
+    scale = noise.as_scale(1 / epsilon)
+    return math.ceil(float(scale) * math.log(1 / EMPTY_TABLE_PROBABILITY))

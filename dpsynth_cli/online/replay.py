@@ -40,7 +40,7 @@ import numpy as np
 import pyarrow as pa
 
 from dpsynth_cli import __version__
-from dpsynth_cli.domain import ColumnSpec, Domain
+from dpsynth_cli.domain import ColumnSpec, Domain, bounds_flag
 from dpsynth_cli.errors import DataError, PrivacyRefusal, UsageError
 from dpsynth_cli.io import (
     FORMATS,
@@ -154,8 +154,8 @@ def plan_for(options: ReplayOptions, specs: list[ColumnSpec]) -> OnlinePlan:
     missing = [s.name for s in specs if not s.has_bounds]
     if missing:
         raise UsageError(
-            f"online-replay needs declared bounds for every column: add --bounds "
-            f"{missing[0]}=LOWER:UPPER or --schema (no DP estimate on a stream)"
+            f"online-replay needs declared bounds for every column: add "
+            f"{bounds_flag(missing[0])} or --schema (no DP estimate on a stream)"
         )
     if not specs:
         raise UsageError("online-replay needs at least one column")

@@ -30,7 +30,7 @@ from dpsynth_cli.mechanisms.count import noisy_count
 from dpsynth_cli.pca import gauss, methods
 from dpsynth_cli.pca.stream import Stream
 from dpsynth_cli.privacy import noise
-from dpsynth_cli.privacy.ledger import Ledger, Spend, rho_for, round_down
+from dpsynth_cli.privacy.ledger import Ledger, Spend, check_epsilon, rho_for, round_down
 
 METHODS = ("k-dp-pca", "k-dp-ojas", "laplace-cov", "dp-gauss-1", "dp-gauss-2", "dp-power", "auto")
 COUNT_SHARE = 0.05
@@ -83,8 +83,7 @@ def validate(k: int, d: int, method: str, epsilon: float, delta: float) -> None:
         raise UsageError(f"--method must be one of {', '.join(METHODS)}")
     if not 1 <= k <= d:
         raise UsageError(f"-k must be between 1 and the number of columns ({d})")
-    if not (math.isfinite(epsilon) and epsilon > 0):
-        raise UsageError("--eps must be a positive finite number")
+    check_epsilon(epsilon)
     gaussian = method not in ("laplace-cov", "auto")
     if gaussian and not (0 < delta < 1):
         raise UsageError(f"--method {method} is (eps, delta)-DP: --delta must be in (0, 1)")

@@ -42,10 +42,22 @@ def round_down(eps: float | Fraction) -> Fraction:
     return Fraction(math.floor(Fraction(eps) * EPS_GRID), EPS_GRID)
 
 
+# The largest epsilon a run accepts. Beyond it the guarantee says nothing (a likelihood ratio up
+# to e^1000) and every noise scale is far below one count, so a larger one changes no release;
+# near 10^4 exact noise scales underflow (hierarchy's least-squares weights divide by a zero
+# variance) and online-replay's counters fire at every step (10x slower at 1000 than at 1).
+MAX_EPSILON = 1000
+
+
 def check_epsilon(eps: float, flag: str = "--eps") -> Fraction:
     """Validate a user-supplied epsilon and return it as an exact fraction."""
     if not math.isfinite(eps) or eps <= 0:
         raise UsageError(f"{flag} must be a positive finite number")
+    if eps > MAX_EPSILON:
+        raise UsageError(
+            f"{flag} {eps:g} is above {MAX_EPSILON}: no privacy is left (a factor up to e^eps) "
+            f"and the noise is already far below one count; use at most {MAX_EPSILON}"
+        )
     exact = round_down(eps)
     if exact == 0:
         raise UsageError(f"{flag} is too small (below 2^-20)")
