@@ -114,3 +114,14 @@ def test_a_long_read_field_is_missing(runner, tmp_path, monkeypatch):
     long = table(body, 100, f"100.5,{digits},0.5,note")
     short = table(body, 100, "100.5,,0.5,note")
     same_runs(runner, tmp_path, monkeypatch, long, short, COMMANDS["synth"])
+
+
+def test_the_field_cap_follows_the_delimiter(runner, tmp_path, monkeypatch):
+    """A ';'-separated file (--delimiter): fields end at ';', so a long unread field is capped
+    there too (with commas as the field ends, the whole row would be one field)."""
+    body = [r.replace(",", ";") for r in rows()]
+    long = table(body, 100, f"100.5;0.5;0.5;{'z,' * (3 * MIB)}").replace(
+        b"t,x,y,note", b"t;x;y;note"
+    )
+    short = table(body, 100, "100.5;0.5;0.5;z").replace(b"t,x,y,note", b"t;x;y;note")
+    same_runs(runner, tmp_path, monkeypatch, long, short, [*COMMANDS["synth"], "--delimiter", ";"])
