@@ -80,7 +80,8 @@ PLAN_RULES: dict[str, str] = {
     "all of it for d >= 3 (Corollary 3.7), capped (psmm.GRID_RULE, psmm.plan); noisy counts "
     "projected onto the closest probability measure by an exact min-cost flow (corrected "
     "Algorithm 2)",
-    "marginals": "one-way histograms (40% of eps_mechanism), a spanning tree of column pairs "
+    "marginals": "one-way histograms (40% of eps_mechanism; 60% when eps_mechanism * noisy_rows "
+    "/ (sensitivity * columns) < 400), a spanning tree of column pairs "
     "and a second parent per column chosen by permute-and-flip (10%), their two-way histograms "
     "on bins chosen from the one-way release (50%); rows drawn from the model "
     "(mechanisms/pairs)",
