@@ -536,7 +536,7 @@ def test_a_stop_during_the_final_renames_finishes_the_run(
 def test_a_ctrl_c_after_the_outputs_are_written_exits_0(runner, small_csv, tmp_path, monkeypatch):
     from dpsynth_cli.console import Feedback
 
-    def interrupted(*_args):
+    def interrupted(*_args, **_kwargs):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(Feedback, "summary", interrupted)
