@@ -10,6 +10,8 @@ against the same figures of an eps-free "floor" (a fresh
 sample of the same size from the generating law).
 
     .venv/bin/python -m benchmarks.mixed_levels            # prints a Markdown table
+    .venv/bin/python -m benchmarks.mixed_levels --small    # privtree against marginals on 2-4
+                                                           # columns (select.py's column limit)
 """
 
 from __future__ import annotations
@@ -56,10 +58,47 @@ def measure(real: pa.Table, synth: pa.Table, cols: list[ColumnSpec]) -> dict[str
     }
 
 
+SMALL = (
+    (1, 4, 300),
+    (1, 4, 500),
+    (1, 4, 1000),
+    (1, 16, 1000),
+    (2, 4, 600),
+    (2, 4, 1500),
+    (3, 4, 1000),
+    (1, 4, 20_000),
+    (2, 16, 20_000),
+)
+
+
+def small(seeds: int = 3) -> None:
+    """Tables of 2-4 columns at eps 1: privtree against marginals (the means over `seeds`)."""
+    print("| cat. columns | levels L | rows | method | mean TVD | W1 x | joint W1 mixed |")
+    print("|---|---|---|---|---|---|---|")
+    for c, levels, n in SMALL:
+        cols = specs(c, levels)
+        for mechanism in ("privtree", "marginals"):
+            got = []
+            for seed in range(seeds):
+                real = table(np.random.default_rng(seed * 100 + c * 10 + levels), n, c, levels)
+                options = SynthOptions(epsilon=1.0, mechanism=mechanism)
+                out = synthesize(real, cols, options, RandomSource.seeded(seed)).table
+                got.append(list(measure(real, out, cols).values()))
+            tvd, w1_x, joint = np.mean(got, axis=0)
+            print(
+                f"| {c} | {levels} | {n:,} | {mechanism} | {tvd:.3f} | {w1_x:.3f} | {joint:.3f} |",
+                flush=True,
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=20_000)
+    parser.add_argument("--small", action="store_true")
     args = parser.parse_args()
+    if args.small:
+        small()
+        return
     print(
         "| cat. columns | levels L | synth s | mean TVD (floor) | W1 x (floor) "
         "| joint W1 mixed, 2000-row subsamples (floor) |"

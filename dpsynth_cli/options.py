@@ -160,9 +160,9 @@ Mechanism = Annotated[
         "--mechanism",
         metavar="auto|marginals|pmm|privtree|hierarchy|psmm",
         show_default=True,
-        help="Synthesiser, e.g. --mechanism pmm. auto: marginals for tables with a category or "
-        "boolean column or 4 to 100 columns (when eps x noisy rows per column is large enough), "
-        "else hierarchy or privtree, chosen from d, eps and the noisy row count by what the "
+        help="Synthesiser, e.g. --mechanism pmm. auto: marginals for tables of 4 to 100 columns "
+        "(when eps x noisy rows per column is large enough), else hierarchy or privtree, "
+        "chosen from d, eps and the noisy row count by what the "
         "accuracy benchmarks measured (docs/benchmarks.md). marginals: one-way and two-way "
         "histograms of chosen column pairs and a model fitted to them (MST-like; keeps "
         "relationships between columns). "

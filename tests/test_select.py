@@ -24,9 +24,12 @@ def test_choice_depends_on_eps_times_noisy_rows_per_unit_of_sensitivity(monkeypa
     assert select.choose(2, Fraction(1), -5, "add-remove") == "hierarchy"  # noisy counts can be < 0
     assert "; d=2: privtree when eps*noisy_rows/sensitivity >= 1000" in select.rule_text()
     # Level columns (public, from the schema): privtree, which splits them first, while each
-    # column's share of eps n is below MARGINALS_SIGNAL (90); marginals from there on.
-    assert select.choose(2, Fraction(1), 179, "add-remove", levels=True) == "privtree"
-    assert select.choose(2, Fraction(1), 180, "add-remove", levels=True) == "marginals"
+    # column's share of eps n is below MARGINALS_SIGNAL (90) or the table has fewer than four
+    # columns (privtree keeps the whole joint there); marginals from there on.
+    assert select.choose(2, Fraction(1), 180, "add-remove", levels=True) == "privtree"
+    assert select.choose(3, Fraction(10), 10**9, "add-remove", levels=True) == "privtree"
+    assert select.choose(4, Fraction(1), 359, "add-remove", levels=True) == "privtree"
+    assert select.choose(4, Fraction(1), 360, "add-remove", levels=True) == "marginals"
     assert select.choose(5, Fraction(1, 10), 10, "replace", levels=True) == "privtree"
     assert select.choose(5, Fraction(1), 900, "replace", levels=True) == "marginals"
     assert select.choose(5, Fraction(1), 899, "replace", levels=True) == "privtree"
@@ -37,7 +40,7 @@ def test_choice_depends_on_eps_times_noisy_rows_per_unit_of_sensitivity(monkeypa
     # hidden missing flags are no columns: 5 cube columns, 4 table columns
     assert select.choose(5, Fraction(1), 360, "add-remove", True, columns=4) == "marginals"
     assert select.choose(5, Fraction(1), 359, "add-remove", True, columns=4) == "privtree"
-    assert select.rule_text().startswith("marginals with a level column or 4 to 100 columns")
+    assert select.rule_text().startswith("marginals with 4 to 100 columns")
 
 
 def force(monkeypatch, name: str) -> None:

@@ -21,7 +21,8 @@ never chooses it (NEVER; the report's rule says so); `--mechanism psmm` remains 
 bound.
 
 Level columns (boolean, category, and the missing flags of nullable float/datetime columns:
-`Rows.lead`, public from the schema): privtree, whatever eps n.
+`Rows.lead`, public from the schema): privtree below the marginals rule (fewer than 4 columns
+or too little signal a column), whatever eps n.
 Only privtree and pmm split them first (`partition`); the grids would spread each cell's points
 over all levels of a column, and on the mixed tables of docs/benchmarks.md ("Mixed tables")
 privtree with levels first beat hierarchy at every eps (penguins at eps 0.5 and 1, where
@@ -51,11 +52,13 @@ CANDIDATES: dict[str, Mechanism] = {
     "privtree": privtree.run,
     "marginals": pairs.run,
 }
-# `marginals` from this many columns on (level columns always count: with them the partitions
-# split levels first and keep little of the numbers), when each column's share of the signal,
+# `marginals` from this many columns on, when each column's share of the signal,
 # eps * noisy_rows / (sensitivity * columns), is at least MARGINALS_SIGNAL (measured on the real
-# tables of docs/benchmarks.md: below it, penguins' 333 rows at eps 1 and 2, the one-way
-# histograms are too noisy and privtree keeps the columns better).
+# tables of docs/benchmarks.md: below it, penguins' 342 rows at eps 1, the pair measurements are
+# too noisy to keep species x island and privtree keeps the joint better). With two or three
+# columns privtree keeps the whole joint: one category and one number at 300-1,000 rows, eps 1,
+# joint W1 in the mixed metric 0.027 / 0.014 against marginals' 0.123 / 0.021, equal at 20,000
+# rows (docs/benchmarks.md, "Small tables with levels").
 MARGINALS_FROM_COLUMNS = 4
 MARGINALS_SIGNAL = 90.0
 # d -> eps * noisy_rows / sensitivity from which privtree is chosen (inf: never); other d use
@@ -77,8 +80,7 @@ def rule_text() -> str:
     parts.insert(0, "with boolean, category or nullable float/datetime columns: privtree")
     parts.insert(
         0,
-        f"marginals with a level column or {MARGINALS_FROM_COLUMNS} to {pairs.MAX_COLUMNS} "
-        "columns when "
+        f"marginals with {MARGINALS_FROM_COLUMNS} to {pairs.MAX_COLUMNS} columns when "
         f"eps*noisy_rows/(sensitivity*columns) >= {MARGINALS_SIGNAL:g}",
     )
     never = f"; never {', '.join(NEVER)} (behind in the accuracy benchmark)" if NEVER else ""
@@ -97,8 +99,8 @@ def choose(
     `columns`: the table's columns, d less the hidden missing flags)."""
     scale = float(epsilon) / histogram_sensitivity(relation) * max(noisy_rows, 0)
     columns = d if columns is None else columns
-    wide = levels or columns >= MARGINALS_FROM_COLUMNS
-    if wide and columns <= pairs.MAX_COLUMNS and scale / max(columns, 1) >= MARGINALS_SIGNAL:
+    wide = MARGINALS_FROM_COLUMNS <= columns <= pairs.MAX_COLUMNS
+    if wide and scale / max(columns, 1) >= MARGINALS_SIGNAL:
         return "marginals"
     if levels:
         return "privtree"
