@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from dpsynth_cli import __version__, io, online_cli, pca_cli, report
+from dpsynth_cli import __version__, budget_cli, io, online_cli, pca_cli, report
 from dpsynth_cli import options as opt
 from dpsynth_cli.console import Feedback
 from dpsynth_cli.constraints import choose, describe
@@ -187,6 +187,9 @@ def synth(
     batch_rows: opt.BatchRows = None,
     engine: opt.Engine = "local",
     scheduler: opt.Scheduler = None,
+    budget_file: budget_cli.BudgetOpt = None,
+    no_budget: budget_cli.NoBudgetOpt = False,
+    dataset: budget_cli.DatasetOpt = None,
 ) -> None:
     """Write DP synthetic data close to INPUT in 1-Wasserstein distance, and a JSON report."""
     feedback = Feedback(quiet)
@@ -210,6 +213,7 @@ def synth(
         raise UsageError("--diagnostics needs a FILE: it is not private and never goes to stdout")
     table = [] if engine == "dask" else [output]  # a part directory is checked by _check_engine
     io.check_outputs([*table, report_file, diagnostics], input)
+    spend = budget_cli.guard(budget_file, no_budget, dataset, input, "synth", eps)  # or exit 3
     if seed is not None:
         feedback.warning(f"--seed given: {report.NOT_FOR_RELEASE}")
     with feedback.step("reading input"):
@@ -229,6 +233,7 @@ def synth(
             f"{_plural(len(left), 'column')} left out ({why}): {', '.join(left)}; "
             "--columns chooses columns"
         )
+    spend.charge()  # on disk before any row is read
     source = RandomSource.seeded(seed) if seed is not None else RandomSource.secure()
     if scheduler and not scheduler.startswith("tls://"):
         feedback.warning(dask_engine.PLAIN_SCHEDULER.format(scheduler=scheduler))
@@ -569,6 +574,26 @@ schema_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(schema_app, name="schema")
+budget_app = typer.Typer(
+    cls=_OneLineErrors,
+    help="The privacy budget across runs: what each dataset has spent, and its total (a "
+    "private file: see --budget).",
+    epilog=EXIT_STATUS,
+    no_args_is_help=True,
+)
+app.add_typer(budget_app, name="budget")
+budget_app.command(
+    "show", epilog=_examples("dpsynth budget show", "dpsynth budget show sales --json")
+)(guarded(budget_cli.show))
+budget_app.command(
+    "set",
+    epilog=_examples(
+        "dpsynth budget set sales --eps 3", "dpsynth budget set --input data.csv --eps 2"
+    ),
+)(guarded(budget_cli.set_total))
+budget_app.command("reset", epilog=_examples("dpsynth budget reset sales"))(
+    guarded(budget_cli.reset)
+)
 
 
 @schema_app.command(

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import typer
 
-from dpsynth_cli import __version__, io, report
+from dpsynth_cli import __version__, budget_cli, io, report
 from dpsynth_cli import options as opt
 from dpsynth_cli.console import Feedback
 from dpsynth_cli.domain import (
@@ -96,6 +96,9 @@ def pca(
     seed: opt.Seed = None,
     report_path: opt.Report = None,
     quiet: opt.Quiet = False,
+    budget_file: budget_cli.BudgetOpt = None,
+    no_budget: budget_cli.NoBudgetOpt = False,
+    dataset: budget_cli.DatasetOpt = None,
 ) -> None:
     """Release the top-K principal directions of INPUT's numeric columns with a DP guarantee.
 
@@ -113,6 +116,7 @@ def pca(
     report_file = report.report_path(report_path, output)
     check_epsilon(eps)  # usage errors before the input is opened
     io.check_outputs([output, report_file], input)
+    spend = budget_cli.guard(budget_file, no_budget, dataset, input, "pca", eps, delta)
     if seed is not None:
         feedback.warning(f"--seed given: {report.NOT_FOR_RELEASE}")
     with feedback.step("reading input"):
@@ -132,6 +136,7 @@ def pca(
         _check_bounds(specs)
         validate(k, len(specs), method, eps, delta)  # usage errors before any pass over rows
         domain = Domain(tuple(specs))
+        spend.charge()  # on disk before any row is read (exit 3 past the total)
         with feedback.step("reading rows"):
             X = _unit_rows(read, specs, domain)
     source = RandomSource.seeded(seed) if seed is not None else RandomSource.secure()
