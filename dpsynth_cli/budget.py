@@ -35,13 +35,13 @@ import fcntl
 import hashlib
 import json
 import os
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Any
 
-from dpsynth_cli import io
 from dpsynth_cli.errors import PrivacyRefusal, UsageError
 
 ENV = "DPSYNTH_BUDGET"
@@ -183,10 +183,38 @@ class BudgetFile:
             before = json.dumps(self._json(entries))
             yield entries
             if json.dumps(self._json(entries)) != before:
-                with io.atomic_output(self.path, private=True) as fh:
-                    fh.write(json.dumps(self._json(entries), indent=1).encode("utf-8") + b"\n")
+                self._write(json.dumps(self._json(entries), indent=1).encode("utf-8") + b"\n")
         finally:
             os.close(fd)
+
+    def _write(self, data: bytes) -> None:
+        """Replace the file atomically: a temporary file (0600) beside it, fsynced, renamed
+        over it, the directory fsynced. A crash leaves the old file or the new one."""
+        directory = os.path.dirname(self.path)
+        try:
+            fd, tmp = tempfile.mkstemp(dir=directory, prefix=".budget.", suffix=".tmp")
+        except OSError as exc:
+            raise PrivacyRefusal(f"cannot write budget file {self.path}: {exc.strerror}") from None
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                os.fchmod(fh.fileno(), 0o600)
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.rename(tmp, self.path)  # an atomic replace on POSIX
+        except BaseException as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            if isinstance(exc, OSError):
+                raise PrivacyRefusal(
+                    f"cannot write budget file {self.path}: {exc.strerror}"
+                ) from None
+            raise
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
 
     def read(self) -> dict[str, Entry]:
         """The datasets as they are now (under the lock, unchanged)."""

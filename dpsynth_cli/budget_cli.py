@@ -87,14 +87,15 @@ def guard(
     path: str | None,
     off: bool,
     dataset: str | None,
-    input: str,
+    input: str | None,
     command: str,
     epsilon: float,
     delta: float = 0.0,
     state_dir: str | None = None,
 ) -> Guard:
-    """The run's `Guard` (refuses a run past its total). `state_dir`: online-replay's --state;
-    a run that continues a state whose stream is recorded is not charged again."""
+    """The run's `Guard` (refuses a run past its total). `input` None: an in-memory table (the
+    API). `state_dir`: online-replay's --state; a run that continues a state whose stream is
+    recorded is not charged again."""
     where = budget.resolve_path(path, off)
     stream = budget.stream_id(state_dir) if state_dir else None
     resumed = bool(state_dir) and os.path.exists(os.path.join(state_dir, "state.npz"))
