@@ -11,12 +11,11 @@ a terminal, progress and a one-line summary).
 from __future__ import annotations
 
 import os
-import sys
 from typing import Annotated
 
 import typer
 
-from dpsynth_cli import budget_cli, io, report
+from dpsynth_cli import budget_cli, io, report, runs
 from dpsynth_cli import options as opt
 from dpsynth_cli.console import Feedback
 from dpsynth_cli.domain import declare_columns
@@ -249,7 +248,7 @@ def online_replay(
                 source,
                 out_dir=out_dir,
                 state_dir=state,
-                command=["dpsynth", *sys.argv[1:]],
+                command=runs.public_command(),  # without the private --budget FILE
                 progress=feedback.counter("replaying the stream"),
             )
     for notice in result.notices + vacuous_notice(result.report):

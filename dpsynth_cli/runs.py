@@ -22,6 +22,25 @@ from dpsynth_cli.synth import SynthResult
 Notify = Callable[[str], None]
 
 
+def public_command(argv: list[str] | None = None) -> list[str]:
+    """The report's `command`: the command line with the budget file's path left out (the file
+    is private; where it lives is nobody else's business)."""
+    args, out = list(sys.argv[1:] if argv is None else argv), ["dpsynth"]
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+            out.append("(private)")
+        elif arg == "--budget":
+            skip = True
+            out.append(arg)
+        elif arg.startswith("--budget="):
+            out.append("--budget=(private)")
+        else:
+            out.append(arg)
+    return out
+
+
 def random_source(seed: int | None) -> RandomSource:
     """The OS's secure generator; a seed only for tests and demos (NOT FOR RELEASE)."""
     return RandomSource.seeded(seed) if seed is not None else RandomSource.secure()
@@ -55,7 +74,7 @@ def synth_report(
 ) -> dict[str, Any]:
     """The public report of a synth release (`report.build_report`)."""
     return report.build_report(
-        command=command if command is not None else ["dpsynth", *sys.argv[1:]],
+        command=command if command is not None else public_command(),
         seeded=seed is not None,
         budget=result.budget.to_json(),
         columns=choice,
@@ -89,7 +108,7 @@ def pca_report(
     return {
         "schema": PCA_REPORT_SCHEMA,
         "tool": {"name": "dpsynth", "version": __version__},
-        "command": command if command is not None else ["dpsynth", *sys.argv[1:]],
+        "command": command if command is not None else public_command(),
         "seeded": seed is not None,
         "release": report.NOT_FOR_RELEASE if seed is not None else "ok",
         "neighbouring_relation": neighboring,
