@@ -1,6 +1,7 @@
 """dpsynth: differentially private synthetic data with W1 guarantees.
 
-The Python API (docs/api.md): `synthesize`, `pca`, `online_replay` and `evaluate` on pandas
+The Python API (docs/api.md): `synthesize`, `principal_components`, `online_replay` and
+`evaluate_synthetic` on pandas
 DataFrames, Arrow tables or files, `load_schema`, `budget_status`, and the warnings and errors
 they raise. They are imported on first use, so that `import dpsynth_cli` (and the command's
 start-up) stays light.
@@ -20,10 +21,10 @@ __all__ = [
     "PrivacyRefusal",
     "UsageError",
     "budget_status",
-    "evaluate",
+    "evaluate_synthetic",
     "load_schema",
     "online_replay",
-    "pca",
+    "principal_components",
     "synthesize",
 ]
 

@@ -106,7 +106,7 @@ def synthesize(
     return _as(table, output), public
 
 
-def pca(
+def principal_components(
     data: DataInput,
     *,
     eps: float,
@@ -261,7 +261,7 @@ def online_replay(
     return list(result.files), result.report
 
 
-def evaluate(
+def evaluate_synthetic(
     real: DataInput,
     synthetic: DataInput,
     *,
