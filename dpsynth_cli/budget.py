@@ -34,6 +34,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import math
 import os
 import tempfile
 from collections.abc import Iterator
@@ -100,9 +101,12 @@ def stream_id(state_dir: str) -> str:
     return hashlib.sha256(os.path.realpath(state_dir).encode("utf-8")).hexdigest()
 
 
-def _exact(x: float | str) -> Fraction:
-    """A flag's value as the decimal the user wrote (0.1 is 1/10, not the nearest double)."""
-    return Fraction(repr(float(x)) if isinstance(x, float | int) else x)
+def _exact(x: float, flag: str) -> Fraction:
+    """A flag's value as the decimal the user wrote (0.1 is 1/10, not the nearest double); a
+    negative, infinite or NaN one is a usage error (a negative spend would refund budget)."""
+    if not math.isfinite(x) or x < 0:
+        raise UsageError(f"{flag} must be a finite number >= 0")
+    return Fraction(repr(float(x)))
 
 
 def _text(x: Fraction) -> str:
@@ -260,7 +264,7 @@ class BudgetFile:
         """Refuse (PrivacyRefusal) if the spend would pass the dataset's total; else record it
         (unless `record` is False: the check before the input is opened). A stream continued
         from a state (`resumed`) whose start is recorded costs nothing: returns False then."""
-        eps, dlt = _exact(epsilon), _exact(delta)
+        eps, dlt = _exact(epsilon, "--eps"), _exact(delta, "--delta")
         with self.locked() as entries:
             entry = entries.get(dataset.key) or Entry(dataset.label, None, None, [])
             if resumed and stream and any(r.get("stream") == stream for r in entry.releases):
@@ -282,9 +286,9 @@ class BudgetFile:
 
     def set_total(self, dataset: Dataset, epsilon: float, delta: float = 0.0) -> Entry:
         """Declare the dataset's total (may be below what is spent: every later run is refused)."""
-        eps, dlt = _exact(epsilon), _exact(delta)
-        if eps < 0 or dlt < 0 or dlt >= 1:
-            raise UsageError("budget set: --eps must be >= 0 and 0 <= --delta < 1")
+        eps, dlt = _exact(epsilon, "--eps"), _exact(delta, "--delta")
+        if dlt >= 1:
+            raise UsageError("--delta must be below 1")
         with self.locked() as entries:
             entry = entries.get(dataset.key) or Entry(dataset.label, None, None, [])
             entry.total_epsilon, entry.total_delta = eps, dlt
@@ -314,11 +318,12 @@ def _refuse_past_total(entry: Entry, command: str, eps: Fraction, delta: Fractio
     if earlier:
         when += f"; and {earlier} earlier"
     need = f"eps {_text(eps)}" + (f" delta {_text(delta)}" if delta else "")
+    deltas = bool(delta or spent_delta or entry.total_delta)  # say them only when they matter
     raise PrivacyRefusal(
         f"privacy budget of dataset '{entry.label}' exceeded: spent eps {_text(spent_eps)}"
-        + (f" delta {_text(spent_delta)}" if spent_delta or entry.total_delta else "")
+        + (f" delta {_text(spent_delta)}" if deltas else "")
         + f" of its total eps {_text(entry.total_epsilon)}"
-        + (f" delta {_text(entry.total_delta)}" if entry.total_delta else "")
+        + (f" delta {_text(entry.total_delta or Fraction(0))}" if deltas else "")
         + f" ({when or 'no releases yet'}); this {command} run needs {need}: refused, nothing "
         "read or written (see `dpsynth budget show`)"
     )

@@ -17,7 +17,7 @@ import pytest
 from dpsynth_cli import budget, io
 from dpsynth_cli.budget import BudgetFile, dataset_for
 from dpsynth_cli.cli import app
-from dpsynth_cli.errors import PrivacyRefusal
+from dpsynth_cli.errors import PrivacyRefusal, UsageError
 
 BOUNDS = ["--bounds", "age=0:100", "--bounds", "score=0:1"]
 
@@ -264,3 +264,17 @@ def test_budget_show_set_reset(runner, small_csv, tmp_path, private_budget):
     assert reset.exit_code == 0 and "forgot 1 releases" in reset.stdout
     assert synth(runner, small_csv, tmp_path / "p.csv", 0.1).exit_code == 0
     assert invoke(runner, "budget", "set", "--eps", 1).exit_code == 2  # which dataset?
+
+
+def test_deltas_add_up_against_their_own_total(tmp_path):
+    file, data = BudgetFile(str(tmp_path / "b.json")), dataset_for(None, "d")
+    file.set_total(data, 3)  # no --delta: a total delta of 0
+    with pytest.raises(PrivacyRefusal, match="needs eps 1 delta 1e-06"):
+        file.charge(data, "pca", 1, 1e-6)
+    file.set_total(data, 3, 1e-6)
+    file.charge(data, "pca", 1, 1e-6)
+    with pytest.raises(PrivacyRefusal, match="spent eps 1 delta 1e-06 of its total eps 3 delta"):
+        file.charge(data, "pca", 1, 1e-7)
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(UsageError):
+            file.charge(data, "pca", 1, bad)  # a negative spend would refund the budget
