@@ -263,11 +263,12 @@ class BudgetFile:
     ) -> bool:
         """Refuse (PrivacyRefusal) if the spend would pass the dataset's total; else record it
         (unless `record` is False: the check before the input is opened). A stream continued
-        from a state (`resumed`) whose start is recorded costs nothing: returns False then."""
+        from a state (`resumed`) whose start is recorded (under any dataset) costs nothing:
+        returns False then."""
         eps, dlt = _exact(epsilon, "--eps"), _exact(delta, "--delta")
         with self.locked() as entries:
             entry = entries.get(dataset.key) or Entry(dataset.label, None, None, [])
-            if resumed and stream and any(r.get("stream") == stream for r in entry.releases):
+            if resumed and stream and _recorded(entries, stream):
                 return False
             _refuse_past_total(entry, command, eps, dlt)
             if not record:
@@ -299,6 +300,12 @@ class BudgetFile:
         """Forget the dataset's releases and total; the entry as it was (None: none kept)."""
         with self.locked() as entries:
             return entries.pop(dataset.key, None)
+
+
+def _recorded(entries: dict[str, Entry], stream: str) -> bool:
+    """Whether a stream's start is recorded, under any dataset: with --input-mode new each run
+    may read another file, and the stream's eps covers all of them."""
+    return any(r.get("stream") == stream for e in entries.values() for r in e.releases)
 
 
 def _refuse_past_total(entry: Entry, command: str, eps: Fraction, delta: Fraction) -> None:

@@ -278,3 +278,16 @@ def test_deltas_add_up_against_their_own_total(tmp_path):
     for bad in (-1.0, float("nan"), float("inf")):
         with pytest.raises(UsageError):
             file.charge(data, "pca", 1, bad)  # a negative spend would refund the budget
+
+
+def test_a_stream_fed_new_files_is_charged_once(runner, tmp_path, private_budget):
+    """--input-mode new reads another file each run: the stream is still one spend."""
+    rng = np.random.default_rng(5)
+    args = ["--eps", 1, "--bounds", "x=0:1", "--checkpoints", "every:100", "--input-mode", "new"]
+    args += ["--state", tmp_path / "state", "--out-dir", tmp_path / "out", "-q"]
+    for day in range(2):
+        part = tmp_path / f"day{day}.csv"
+        pd.DataFrame({"x": rng.random(150)}).to_csv(part, index=False)
+        done = invoke(runner, "online-replay", part, *args)
+        assert done.exit_code == 0, done.output
+    assert len(releases(private_budget)) == 1
