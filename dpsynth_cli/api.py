@@ -77,17 +77,21 @@ def synthesize(
     synthetic table (a DataFrame, or an Arrow table with `output="arrow"`) and the report dict
     that `dpsynth synth --report` writes. Same options as `dpsynth synth`.
     """
+    from dpsynth_cli.mechanisms import transport
     from dpsynth_cli.synth import SynthOptions, plan_budget
     from dpsynth_cli.synth import synthesize as run_synth
 
     options = SynthOptions(eps, bounds_eps, neighboring, mechanism, rows, False, dim)
     declared = _declare(columns, schema, bounds, integer)
     plan_budget(options, [])  # usage errors before any row is read
-    spend = _guard(budget, dataset, data, "synth", eps)
+    output_info = _output_info(output)
     _seed_warning(seed)
+    spend = _guard(budget, dataset, data, "synth", eps)
     with _opened(data, declared.names, input_format) as (read, typed):
         choice = runs.synth_columns(read, typed, declared, _notice)
         spend.charge()
+        for notice in transport.slow_fallback_notice() if mechanism == "psmm" else []:
+            _notice(notice)
         batch_rows = read.batch_rows  # the command's output batches: the same rows for a seed
         result = run_synth(
             read.batches,
@@ -98,7 +102,7 @@ def synthesize(
         )
     for notice in result.notices:
         _notice(notice)
-    public = runs.synth_report(result, choice, seed, _output_info(output), _command("synth"))
+    public = runs.synth_report(result, choice, seed, output_info, _command("synth"))
     mark = runs.release_mark(seed)
     schema_out = result.domain.output_schema(mark)
     pieces = [t.replace_schema_metadata(mark) for t in result.batches(batch_rows)]
@@ -135,8 +139,9 @@ def principal_components(
 
     declared = _declare(columns, schema, bounds, None)
     check_epsilon(eps)
-    spend = _guard(budget, dataset, data, "pca", eps, delta)
+    output_info = _output_info(output)
     _seed_warning(seed)
+    spend = _guard(budget, dataset, data, "pca", eps, delta)
     with _opened(data, declared.names, input_format) as (read, typed):
         choice = declared.resolve(
             read.schema, typed=typed, all_columns=read.all_columns, numbers_only="pca"
@@ -167,7 +172,7 @@ def principal_components(
         choice,
         seed=seed,
         neighboring=neighboring,
-        output={**_output_info(output), "rows": k},
+        output={**output_info, "rows": k},
         command=_command("pca"),
     )
     table = _components_table(result, in_columns, specs)
@@ -232,8 +237,8 @@ def online_replay(
     out_dir, state = os.fspath(out_dir), None if state is None else os.fspath(state)
     check_epsilon(eps)
     check_dirs(out_dir, state)
-    spend = _guard(budget, dataset, data, "online-replay", eps, state_dir=state)
     _seed_warning(seed)
+    spend = _guard(budget, dataset, data, "online-replay", eps, state_dir=state)
     extra = [order_by] if order_by is not None and order_by not in declared.names else []
     names = declared.names + extra
     with _opened(data, names, input_format) as (read, typed):
@@ -382,6 +387,9 @@ def _guard(
 
 
 def _seed_warning(seed: int | None) -> None:
+    """A seed is a whole number >= 0 (as --seed); using one is warned about: NOT FOR RELEASE."""
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise UsageError("--seed must be a whole number >= 0, e.g. seed=7")
     if seed is not None:
         warnings.warn(f"seed given: {NOT_FOR_RELEASE}", NotForRelease, stacklevel=3)
 
