@@ -9,13 +9,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import signal
-import sys
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any
 
 import typer
 
-from dpsynth_cli import __version__, io, online_cli, pca_cli, report
+from dpsynth_cli import __version__, budget_cli, io, online_cli, pca_cli, report, runs
 from dpsynth_cli import options as opt
 from dpsynth_cli.console import Feedback
 from dpsynth_cli.constraints import choose, describe
@@ -23,10 +22,6 @@ from dpsynth_cli.domain import (
     ColumnSpec,
     Declared,
     declare_columns,
-    load_schema,
-    parse_bounds_flag,
-    requested_columns,
-    resolve_columns,
 )
 from dpsynth_cli.engine import dask as dask_engine
 from dpsynth_cli.errors import DpsynthError, UsageError
@@ -187,6 +182,9 @@ def synth(
     batch_rows: opt.BatchRows = None,
     engine: opt.Engine = "local",
     scheduler: opt.Scheduler = None,
+    budget_file: budget_cli.BudgetOpt = None,
+    no_budget: budget_cli.NoBudgetOpt = False,
+    dataset: budget_cli.DatasetOpt = None,
 ) -> None:
     """Write DP synthetic data close to INPUT in 1-Wasserstein distance, and a JSON report."""
     feedback = Feedback(quiet)
@@ -210,6 +208,7 @@ def synth(
         raise UsageError("--diagnostics needs a FILE: it is not private and never goes to stdout")
     table = [] if engine == "dask" else [output]  # a part directory is checked by _check_engine
     io.check_outputs([*table, report_file, diagnostics], input)
+    spend = budget_cli.guard(budget_file, no_budget, dataset, input, "synth", eps)  # or exit 3
     if seed is not None:
         feedback.warning(f"--seed given: {report.NOT_FOR_RELEASE}")
     with feedback.step("reading input"):
@@ -221,15 +220,9 @@ def synth(
             batch_rows=batch_rows,
             delimiter=io.delimiter_flag(delimiter),
         )
-    choice = declared.resolve(read.schema, typed=in_fmt == "parquet", all_columns=read.all_columns)
-    # nothing to tell who named them all
-    implicit = declared.columns_from not in ("--columns", "schema")
-    for why, left in _grouped(choice.left_out if implicit else {}).items():
-        feedback.notice(
-            f"{_plural(len(left), 'column')} left out ({why}): {', '.join(left)}; "
-            "--columns chooses columns"
-        )
-    source = RandomSource.seeded(seed) if seed is not None else RandomSource.secure()
+    choice = runs.synth_columns(read, in_fmt == "parquet", declared, feedback.notice)
+    spend.charge()  # on disk before any row is read
+    source = runs.random_source(seed)
     if scheduler and not scheduler.startswith("tls://"):
         feedback.warning(dask_engine.PLAIN_SCHEDULER.format(scheduler=scheduler))
     for notice in transport.slow_fallback_notice() if mechanism == "psmm" else []:
@@ -248,23 +241,9 @@ def synth(
                 )
         for notice in result.notices:
             feedback.notice(notice)
-        public = report.build_report(
-            command=["dpsynth", *sys.argv[1:]],
-            seeded=seed is not None,
-            budget=result.budget.to_json(),
-            columns=choice,
-            domain=result.domain,
-            ledger=result.ledger,
-            run=result.run,
-            noisy_rows=result.noisy_rows,
-            signal=result.signal,
-            output_rows=result.output_rows,
-            output={"path": output, "format": out_fmt},
-            dim=result.dim,
-            constraints=result.constraints,
-        )
+        public = runs.synth_report(result, choice, seed, {"path": output, "format": out_fmt})
         # Parquet carries the mark of a seeded run in the file itself (CSV cannot)
-        mark = {"dpsynth.release": report.NOT_FOR_RELEASE} if seed is not None else None
+        mark = runs.release_mark(seed)
         extra = report.files({report_file: public, diagnostics: result.diagnostics})
         private = [diagnostics] if diagnostics else []  # true counts and W1: owner-only (0600)
         if cluster is not None:
@@ -353,18 +332,6 @@ def _write_on_dask(
         private=private,
         final=final,
     )
-
-
-def _grouped(reasons: dict[str, str]) -> dict[str, list[str]]:
-    """{column: reason} as {reason: [columns]}, for one notice per reason."""
-    groups: dict[str, list[str]] = {}
-    for name, why in reasons.items():
-        groups.setdefault(why, []).append(f"'{name}'")
-    return groups
-
-
-def _plural(k: int, word: str) -> str:
-    return f"{k} {word}" + ("" if k == 1 else "s")
 
 
 def _dry_run_plan(options: SynthOptions, declarations: Declared) -> dict[str, Any]:
@@ -499,36 +466,33 @@ def evaluate(
     from dpsynth_cli.evaluate.summary import print_evaluation
 
     feedback = Feedback(quiet)
-    declared = {name: (lo, hi) for name, lo, hi in map(parse_bounds_flag, bounds or [])}
+    specs = None
     if from_report:
         specs = compare.specs_from_report(from_report)
-        names = [s.name for s in specs]
+        declared = Declared([s.name for s in specs], "report", None, {}, [])
     else:
-        schema_specs = load_schema(schema) if schema else None
-        names, _ = requested_columns(columns, schema_specs, list(declared))
+        declared = declare_columns(columns, schema, bounds)
     with contextlib.ExitStack() as inputs:
         with feedback.step("opening tables"):
             real_fmt = io.detect_format(real, None)
             real_in = inputs.enter_context(
-                io.open_input(real, real_fmt, names, batch_rows=batch_rows)
+                io.open_input(real, real_fmt, declared.names, batch_rows=batch_rows)
             )
-            real_data = feedback.passes(real_in.batches, real_in.num_rows)
-            if not from_report:
-                typed = real_fmt == "parquet"
-                if names is None and not typed:  # evaluate is not private: it may read values
-                    names = compare.columns_with_numbers(real_data)
-                choice = resolve_columns(real_in.schema, names, schema_specs, declared, typed=typed)
-                names = [s.name for s in choice.specs]
-            # the synthetic table must have every compared column (a one-line error otherwise)
-            synth_fmt = io.detect_format(synthetic, None)
-            synth_in = inputs.enter_context(
-                io.open_input(synthetic, synth_fmt, names, batch_rows=batch_rows)
-            )
-            synth_data = feedback.passes(synth_in.batches, synth_in.num_rows)
-        with feedback.step("reading both tables: W1 and per-column figures"):
-            if not from_report:
-                specs = compare.fill_bounds_from_data(choice.specs, real_data, synth_data)
-            result = compare.evaluate(real_data, synth_data, specs, seed)
+
+        def open_synthetic(names: list[str]) -> io.InputSource:
+            fmt = io.detect_format(synthetic, None)
+            return inputs.enter_context(io.open_input(synthetic, fmt, names, batch_rows=batch_rows))
+
+        result, specs, names = runs.compare_tables(
+            real_in,
+            real_fmt == "parquet",
+            open_synthetic,
+            declared,
+            specs,
+            seed,
+            passes=lambda source: feedback.passes(source.batches, source.num_rows),
+            step=feedback.step,
+        )
     if plot:
         pair = _plot_pair(plot_columns, names)
         plot_comparison(
@@ -569,6 +533,26 @@ schema_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(schema_app, name="schema")
+budget_app = typer.Typer(
+    cls=_OneLineErrors,
+    help="The privacy budget across runs: what each dataset has spent, and its total (a "
+    "private file: see --budget).",
+    epilog=EXIT_STATUS,
+    no_args_is_help=True,
+)
+app.add_typer(budget_app, name="budget")
+budget_app.command(
+    "show", epilog=_examples("dpsynth budget show", "dpsynth budget show sales --json")
+)(guarded(budget_cli.show))
+budget_app.command(
+    "set",
+    epilog=_examples(
+        "dpsynth budget set sales --eps 3", "dpsynth budget set --input data.csv --eps 2"
+    ),
+)(guarded(budget_cli.set_total))
+budget_app.command("reset", epilog=_examples("dpsynth budget reset sales"))(
+    guarded(budget_cli.reset)
+)
 
 
 @schema_app.command(

@@ -169,13 +169,28 @@ def load_constraints(path: str) -> tuple[Constraint, ...]:
     return parse_constraints(raw, load_schema(path), f"--schema {path}")
 
 
+class InlineSchema(str):
+    """A schema given as a Python value (the API's `schema=` dict) where a --schema path goes:
+    its text is how messages name it; `value` is the dict, checked like a file's JSON."""
+
+    value: object
+
+    def __new__(cls, value: object) -> InlineSchema:
+        made = super().__new__(cls, "(schema dict)")
+        made.value = value
+        return made
+
+
 def _schema_json(path: str) -> dict:
     """A schema file's JSON object, with a non-empty "columns" object (usage errors otherwise)."""
     try:
-        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        if isinstance(path, InlineSchema):
+            raw = json.loads(json.dumps(path.value))  # a copy, with JSON's types
+        else:
+            raw = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UsageError(f"--schema {path}: file not found") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, TypeError) as exc:
         raise UsageError(
             f"--schema {path}: not a readable JSON file ({type(exc).__name__})"
         ) from None

@@ -11,12 +11,11 @@ a terminal, progress and a one-line summary).
 from __future__ import annotations
 
 import os
-import sys
 from typing import Annotated
 
 import typer
 
-from dpsynth_cli import io, report
+from dpsynth_cli import budget_cli, io, report, runs
 from dpsynth_cli import options as opt
 from dpsynth_cli.console import Feedback
 from dpsynth_cli.domain import declare_columns
@@ -184,6 +183,9 @@ def online_replay(
     schema: opt.Schema = None,
     seed: opt.Seed = None,
     quiet: opt.Quiet = False,
+    budget_file: budget_cli.BudgetOpt = None,
+    no_budget: budget_cli.NoBudgetOpt = False,
+    dataset: budget_cli.DatasetOpt = None,
 ) -> None:
     """Replay INPUT's rows in order as a stream and release DP synthetic data at checkpoints.
 
@@ -218,6 +220,9 @@ def online_replay(
     check_dirs(out_dir, state)
     if os.path.isdir(input) and os.path.isdir(out_dir) and os.path.samefile(input, out_dir):
         raise UsageError("--out-dir is the input directory: the releases would be read as input")
+    spend = budget_cli.guard(
+        budget_file, no_budget, dataset, input, "online-replay", eps, state_dir=state
+    )
     if seed is not None:
         feedback.warning(f"--seed given: {report.NOT_FOR_RELEASE}")
     extra = [order_by] if order_by is not None and order_by not in declared.names else []
@@ -229,6 +234,7 @@ def online_replay(
             read.schema, typed=typed, all_columns=read.all_columns, numbers_only="online-replay"
         ).specs
         plan_for(options, specs)  # usage errors before any row is read
+        spend.charge()  # once per stream: a continued --state is not charged again
         with feedback.step("reading the --order-by column" if order_by else "reading input"):
             rows = open_stream(read, specs, order_by)
         if rows.sorted_in_memory:
@@ -242,7 +248,7 @@ def online_replay(
                 source,
                 out_dir=out_dir,
                 state_dir=state,
-                command=["dpsynth", *sys.argv[1:]],
+                command=runs.public_command(),  # without the private --budget FILE
                 progress=feedback.counter("replaying the stream"),
             )
     for notice in result.notices + vacuous_notice(result.report):

@@ -8,14 +8,13 @@ every column needs --bounds or a schema), and writes the released components as 
 
 from __future__ import annotations
 
-import sys
 from typing import Annotated, Any
 
 import numpy as np
 import pyarrow as pa
 import typer
 
-from dpsynth_cli import __version__, io, report
+from dpsynth_cli import budget_cli, io, report, runs
 from dpsynth_cli import options as opt
 from dpsynth_cli.console import Feedback
 from dpsynth_cli.domain import (
@@ -70,7 +69,7 @@ PcaOutput = Annotated[
     ),
 ]
 
-REPORT_SCHEMA = "dpsynth.pca-report/1"
+REPORT_SCHEMA = runs.PCA_REPORT_SCHEMA
 EXAMPLES = (
     "dpsynth pca data.csv --eps 1 --schema schema.json -k 2 -o pcs.csv",
     "dpsynth pca data.parquet --eps 1 --delta 1e-6 -k 2 --bounds a=0:1 --bounds b=0:10 "
@@ -96,6 +95,9 @@ def pca(
     seed: opt.Seed = None,
     report_path: opt.Report = None,
     quiet: opt.Quiet = False,
+    budget_file: budget_cli.BudgetOpt = None,
+    no_budget: budget_cli.NoBudgetOpt = False,
+    dataset: budget_cli.DatasetOpt = None,
 ) -> None:
     """Release the top-K principal directions of INPUT's numeric columns with a DP guarantee.
 
@@ -113,6 +115,7 @@ def pca(
     report_file = report.report_path(report_path, output)
     check_epsilon(eps)  # usage errors before the input is opened
     io.check_outputs([output, report_file], input)
+    spend = budget_cli.guard(budget_file, no_budget, dataset, input, "pca", eps, delta)
     if seed is not None:
         feedback.warning(f"--seed given: {report.NOT_FOR_RELEASE}")
     with feedback.step("reading input"):
@@ -132,6 +135,7 @@ def pca(
         _check_bounds(specs)
         validate(k, len(specs), method, eps, delta)  # usage errors before any pass over rows
         domain = Domain(tuple(specs))
+        spend.charge()  # on disk before any row is read (exit 3 past the total)
         with feedback.step("reading rows"):
             X = _unit_rows(read, specs, domain)
     source = RandomSource.seeded(seed) if seed is not None else RandomSource.secure()
@@ -143,20 +147,15 @@ def pca(
     for notice in result.notices:
         feedback.notice(notice)
     in_columns = components_in_columns(result.components, domain)
-    public = {
-        "schema": REPORT_SCHEMA,
-        "tool": {"name": "dpsynth", "version": __version__},
-        "command": ["dpsynth", *sys.argv[1:]],
-        "seeded": seed is not None,
-        "release": report.NOT_FOR_RELEASE if seed is not None else "ok",
-        "neighbouring_relation": neighboring,
-        "domain": {c.name: c.to_json() for c in specs},
-        "domain_source": choice.to_json(),
-        **result.to_json(),
-        "components_in_columns": in_columns.tolist(),
-        "columns": [s.name for s in specs],
-        "output": {"path": output, "format": out_fmt, "rows": k},
-    }
+    public = runs.pca_report(
+        result,
+        in_columns,
+        specs,
+        choice,
+        seed=seed,
+        neighboring=neighboring,
+        output={"path": output, "format": out_fmt, "rows": k},
+    )
     io.write_outputs(
         _components_table(result, in_columns, specs),
         output,

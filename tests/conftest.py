@@ -29,3 +29,13 @@ def small_csv(tmp_path: Path) -> Path:
     path = tmp_path / "small.csv"
     frame.to_csv(path, index=False)
     return path
+
+
+@pytest.fixture(autouse=True)
+def private_budget(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
+    """Every test's runs record their spends in a budget file of its own, never in the real
+    home directory (subprocesses inherit the environment)."""
+    home = tmp_path_factory.mktemp("state")
+    monkeypatch.setenv("XDG_STATE_HOME", str(home))
+    monkeypatch.setenv("DPSYNTH_BUDGET", str(home / "budget.json"))
+    return home / "budget.json"

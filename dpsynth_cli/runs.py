@@ -1,0 +1,197 @@
+"""The steps of a release shared by the commands and the Python API (`dpsynth_cli.api`).
+
+Each command and its API function call these same functions in the same order, so both give
+the same output, report and notices for the same input, declarations and seed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from dpsynth_cli import __version__, io, report
+from dpsynth_cli.domain import ColumnChoice, ColumnSpec, Declared, resolve_columns
+from dpsynth_cli.privacy.noise import RandomSource
+from dpsynth_cli.synth import SynthResult
+
+Notify = Callable[[str], None]
+
+
+def public_command(argv: list[str] | None = None) -> list[str]:
+    """The report's `command`: the command line with the budget file's path left out (the file
+    is private; where it lives is nobody else's business)."""
+    args, out = list(sys.argv[1:] if argv is None else argv), ["dpsynth"]
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+            out.append("(private)")
+        elif arg == "--budget":
+            skip = True
+            out.append(arg)
+        elif arg.startswith("--budget="):
+            out.append("--budget=(private)")
+        else:
+            out.append(arg)
+    return out
+
+
+def random_source(seed: int | None) -> RandomSource:
+    """The OS's secure generator; a seed only for tests and demos (NOT FOR RELEASE)."""
+    return RandomSource.seeded(seed) if seed is not None else RandomSource.secure()
+
+
+def release_mark(seed: int | None) -> dict[str, str] | None:
+    """The mark a seeded run's Parquet output (and the API's Arrow table) carries."""
+    return {"dpsynth.release": report.NOT_FOR_RELEASE} if seed is not None else None
+
+
+def synth_columns(read: io.InputSource, typed: bool, declared: Declared, notify: Notify):
+    """The chosen columns from declarations and the input's structure; a notice per reason for
+    columns left out when the user did not name the columns."""
+    choice = declared.resolve(read.schema, typed=typed, all_columns=read.all_columns)
+    implicit = declared.columns_from not in ("--columns", "schema")  # nothing to tell otherwise
+    groups: dict[str, list[str]] = {}
+    for name, why in (choice.left_out if implicit else {}).items():
+        groups.setdefault(why, []).append(f"'{name}'")
+    for why, left in groups.items():
+        word = "column" if len(left) == 1 else "columns"
+        notify(f"{len(left)} {word} left out ({why}): {', '.join(left)}; --columns chooses columns")
+    return choice
+
+
+def synth_report(
+    result: SynthResult,
+    choice: ColumnChoice,
+    seed: int | None,
+    output: dict[str, Any],
+    command: list[str] | None = None,
+) -> dict[str, Any]:
+    """The public report of a synth release (`report.build_report`)."""
+    return report.build_report(
+        command=command if command is not None else public_command(),
+        seeded=seed is not None,
+        budget=result.budget.to_json(),
+        columns=choice,
+        domain=result.domain,
+        ledger=result.ledger,
+        run=result.run,
+        noisy_rows=result.noisy_rows,
+        signal=result.signal,
+        output_rows=result.output_rows,
+        output=output,
+        dim=result.dim,
+        constraints=result.constraints,
+    )
+
+
+PCA_REPORT_SCHEMA = "dpsynth.pca-report/1"
+
+
+def pca_report(
+    result: Any,
+    in_columns: np.ndarray,
+    specs: list[ColumnSpec],
+    choice: ColumnChoice,
+    *,
+    seed: int | None,
+    neighboring: str,
+    output: dict[str, Any],
+    command: list[str] | None = None,
+) -> dict[str, Any]:
+    """The public report of a pca release: declarations, the release and its ledger."""
+    return {
+        "schema": PCA_REPORT_SCHEMA,
+        "tool": {"name": "dpsynth", "version": __version__},
+        "command": command if command is not None else public_command(),
+        "seeded": seed is not None,
+        "release": report.NOT_FOR_RELEASE if seed is not None else "ok",
+        "neighbouring_relation": neighboring,
+        "domain": {c.name: c.to_json() for c in specs},
+        "domain_source": choice.to_json(),
+        **result.to_json(),
+        "components_in_columns": in_columns.tolist(),
+        "columns": [s.name for s in specs],
+        "output": output,
+    }
+
+
+class TableInput(io.InputSource):
+    """An in-memory table read like a CSV file: every column as text, so that its types come
+    from declarations (schema, --integer) and never from the dtypes that pandas or Arrow
+    inferred from the values. Its number of rows is not exposed (`num_rows` stays None)."""
+
+    def __init__(self, table: pa.Table, columns: list[str] | None, batch_rows: int | None) -> None:
+        super().__init__(None)
+        self.name = "the table"
+        self.all_columns = list(table.column_names)
+        wanted = self.all_columns if columns is None else list(columns)
+        io._check_columns(wanted, self.all_columns, self.name)
+        self._table = table.select(wanted)
+        self.schema = pa.schema([pa.field(c, pa.string()) for c in wanted])
+        self.batch_rows = batch_rows or io.default_batch_rows(len(wanted))
+
+    def batches(self, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+        table = self._table if columns is None else self._table.select(columns)
+        schema = pa.schema([pa.field(c, pa.string()) for c in table.column_names])
+        for start in range(0, table.num_rows, self.batch_rows):
+            piece = table.slice(start, self.batch_rows)
+            yield pa.RecordBatch.from_arrays(
+                [_as_text(piece.column(j)) for j in range(piece.num_columns)], schema=schema
+            )
+
+
+def _as_text(column: pa.ChunkedArray) -> pa.Array:
+    """A column as text, as a CSV file would hold it (floats in their shortest exact form)."""
+    array = column.combine_chunks()
+    if pa.types.is_dictionary(array.type):
+        array = array.dictionary_decode()
+    if pa.types.is_string(array.type):
+        return array
+    if pa.types.is_large_string(array.type):
+        return array.cast(pa.string())
+    try:
+        return array.cast(pa.string())
+    except (pa.ArrowException, TypeError):  # e.g. a nested type: no value of a declared type
+        return pa.nulls(len(array), pa.string())
+
+
+def compare_tables(
+    real: io.InputSource,
+    typed: bool,
+    open_synthetic: Callable[[list[str]], io.InputSource],
+    declared: Declared,
+    specs: list[ColumnSpec] | None,
+    seed: int | None,
+    *,
+    passes: Callable[[io.InputSource], Callable[[], Any]] | None = None,
+    step: Callable[[str], contextlib.AbstractContextManager] | None = None,
+) -> tuple[Any, list[ColumnSpec], list[str]]:
+    """`evaluate`: the compared columns (`specs` from a synth report, else from declarations and
+    the real table: evaluate is not private, so it may look at values), the synthetic table
+    opened with exactly those columns, and the comparison: (`compare.Evaluation`, the compared
+    columns' specs, their names)."""
+    from dpsynth_cli.evaluate import compare
+
+    passes = passes or (lambda source: source.batches)
+    step = step or (lambda _what: contextlib.nullcontext())
+    real_data = passes(real)
+    names = declared.names if specs is None else [s.name for s in specs]
+    choice = None
+    if specs is None:
+        if names is None and not typed:
+            names = compare.columns_with_numbers(real_data)
+        choice = resolve_columns(real.schema, names, declared.schema, declared.bounds, typed=typed)
+        names = [s.name for s in choice.specs]
+    # the synthetic table must have every compared column (a one-line error otherwise)
+    synth_data = passes(open_synthetic(names))
+    with step("reading both tables: W1 and per-column figures"):
+        if choice is not None:
+            specs = compare.fill_bounds_from_data(choice.specs, real_data, synth_data)
+        result = compare.evaluate(real_data, synth_data, specs, seed)
+    return result, specs, names

@@ -1,0 +1,293 @@
+"""The privacy budget across runs (issue 26): refusal before reading, concurrency, crashes,
+growing tables, streams counted once, and nothing of the private file in public outputs."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dpsynth_cli import budget, io
+from dpsynth_cli.budget import BudgetFile, dataset_for
+from dpsynth_cli.cli import app
+from dpsynth_cli.errors import PrivacyRefusal, UsageError
+
+BOUNDS = ["--bounds", "age=0:100", "--bounds", "score=0:1"]
+
+
+def invoke(runner, *args):
+    return runner.invoke(app, [*map(str, args)])
+
+
+def synth(runner, data, out, eps=1, *extra):
+    return invoke(runner, "synth", data, "--eps", eps, *BOUNDS, "-o", out, "-q", *extra)
+
+
+def releases(path: Path) -> list[dict]:
+    raw = json.loads(path.read_text())
+    return [r for entry in raw["datasets"].values() for r in entry["releases"]]
+
+
+def test_a_run_past_the_total_is_refused_before_the_input_is_read(
+    runner, small_csv, tmp_path, private_budget, monkeypatch
+):
+    assert invoke(runner, "budget", "set", "--input", small_csv, "--eps", 1.5).exit_code == 0
+    first = synth(runner, small_csv, tmp_path / "a.csv")
+    assert first.exit_code == 0, first.output
+
+    def no_reading(*_args, **_kwargs):
+        raise AssertionError("the input was opened")
+
+    monkeypatch.setattr(io, "open_input", no_reading)
+    second = synth(runner, small_csv, tmp_path / "b.csv")
+    assert second.exit_code == 3, second.output
+    line = second.stderr.strip()
+    assert line.startswith("dpsynth: error: privacy budget of dataset") and "\n" not in line
+    when = releases(private_budget)[0]["time"]
+    assert "spent eps 1 of its total eps 1.5" in line and f"synth eps 1 at {when}" in line
+    assert not (tmp_path / "b.csv").exists() and not (tmp_path / "b.csv.report.json").exists()
+    assert len(releases(private_budget)) == 1  # the refused run spent nothing
+    for command in (
+        ["pca", small_csv, "--eps", 1, *BOUNDS, "-o", tmp_path / "p.csv"],
+        ["online-replay", small_csv, "--eps", 1, *BOUNDS, "--out-dir", tmp_path / "r"],
+    ):
+        refused = invoke(runner, *command)
+        assert refused.exit_code == 3, refused.output
+        assert "refused, nothing read or written" in refused.stderr
+    assert sorted(os.listdir(tmp_path)) == ["a.csv", "a.csv.report.json", "small.csv"]
+
+
+def test_dry_run_and_refused_usage_spend_nothing(runner, small_csv, tmp_path, private_budget):
+    dry = invoke(runner, "synth", small_csv, "--eps", 1, *BOUNDS, "--dry-run")
+    assert dry.exit_code == 0
+    bad = invoke(runner, "synth", small_csv, "--eps", 1, "--columns", "nope", "-o", tmp_path / "o")
+    assert bad.exit_code == 2
+    assert not private_budget.exists() or releases(private_budget) == []
+
+
+def _charge(args: tuple[str, int]) -> bool:
+    path, i = args
+    try:
+        return BudgetFile(path).charge(dataset_for(None, "shared"), f"run{i}", 0.5)
+    except PrivacyRefusal:
+        return False
+
+
+def test_concurrent_runs_never_both_spend_the_last_of_a_budget(tmp_path):
+    path = str(tmp_path / "budget.json")
+    BudgetFile(path).set_total(dataset_for(None, "shared"), 2)
+    with multiprocessing.get_context("fork").Pool(8) as pool:
+        done = pool.map(_charge, [(path, i) for i in range(16)])
+    assert sum(done) == 4  # 4 x 0.5 = 2: exactly the total, never more
+    assert len(releases(Path(path))) == 4
+
+
+def test_two_concurrent_commands_one_is_refused(small_csv, tmp_path):
+    """Two synth processes started together against a total that only one of them fits."""
+    path = tmp_path / "b.json"
+    env = {**os.environ, "DPSYNTH_BUDGET": str(path)}
+    run = [sys.executable, "-m", "dpsynth_cli"]
+    setup = [*run, "budget", "set", "--input", str(small_csv), "--eps", "1"]
+    subprocess.run(setup, env=env, check=True, capture_output=True)
+    procs = [
+        subprocess.Popen(
+            [
+                *run,
+                "synth",
+                str(small_csv),
+                "--eps",
+                "0.6",
+                *BOUNDS,
+                "-o",
+                str(tmp_path / f"{i}.csv"),
+            ],
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    codes = sorted(p.wait(timeout=300) for p in procs)
+    assert codes == [0, 3], [p.stderr.read() for p in procs]
+    assert len(releases(path)) == 1
+
+
+def test_a_crash_after_the_spend_keeps_it(runner, small_csv, tmp_path, private_budget, monkeypatch):
+    """The spend is on disk before any row is read: a run that dies later keeps it."""
+    from dpsynth_cli import cli
+
+    def crash(*_args, **_kwargs):
+        raise KeyboardInterrupt  # Ctrl-C (or a crash) between the spend and the release
+
+    monkeypatch.setattr(cli, "synthesize", crash)
+    result = synth(runner, small_csv, tmp_path / "o.csv")
+    assert result.exit_code == 130
+    assert not (tmp_path / "o.csv").exists()
+    assert [r["command"] for r in releases(private_budget)] == ["synth"]
+
+
+def test_a_killed_run_keeps_its_spend(small_csv, tmp_path):
+    """SIGKILL at the first row read: no output, the spend recorded."""
+    path = tmp_path / "b.json"
+    code = (
+        "import os, signal, sys\n"
+        "from dpsynth_cli import synth, cli\n"
+        "def killed(*a, **k):\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "cli.synthesize = killed\n"
+        "sys.argv = ['dpsynth'] + sys.argv[1:]\n"
+        "cli.main()\n"
+    )
+    args = ["synth", str(small_csv), "--eps", "0.5", *BOUNDS, "-o", str(tmp_path / "o.csv")]
+    env = {**os.environ, "DPSYNTH_BUDGET": str(path)}
+    done = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True)
+    assert done.returncode == -9
+    assert not (tmp_path / "o.csv").exists()
+    assert [r["epsilon"] for r in releases(path)] == ["1/2"]
+
+
+def test_a_growing_table_keeps_its_budget(runner, small_csv, tmp_path, private_budget):
+    assert invoke(runner, "budget", "set", "--input", small_csv, "--eps", 1.5).exit_code == 0
+    assert synth(runner, small_csv, tmp_path / "a.csv").exit_code == 0
+    frame = pd.read_csv(small_csv)
+    pd.concat([frame, frame.head(100)]).to_csv(small_csv, index=False)  # rows appended
+    refused = synth(runner, small_csv, tmp_path / "b.csv")
+    assert refused.exit_code == 3 and "spent eps 1" in refused.stderr
+    other_schema = invoke(
+        runner, "synth", small_csv, "--eps", 1, "--bounds", "age=0:120", "-o", tmp_path / "c.csv"
+    )
+    assert other_schema.exit_code == 3  # other columns or bounds: the same people
+
+
+def test_a_dataset_name_holds_across_paths(runner, small_csv, tmp_path, private_budget):
+    copy = tmp_path / "moved.csv"
+    copy.write_bytes(small_csv.read_bytes())
+    assert invoke(runner, "budget", "set", "sales", "--eps", 1).exit_code == 0
+    assert synth(runner, small_csv, tmp_path / "a.csv", 0.6, "--dataset", "sales").exit_code == 0
+    refused = synth(runner, copy, tmp_path / "b.csv", 0.6, "--dataset", "sales")
+    assert refused.exit_code == 3 and "dataset 'sales'" in refused.stderr
+    shown = json.loads(invoke(runner, "budget", "show", "sales", "--json").stdout)
+    assert shown["datasets"][0]["spent_epsilon"] == 0.6
+
+
+def test_decimal_spends_add_up_exactly(tmp_path):
+    """Ten runs of eps 0.1 fit a total of 1 (as decimals, not as the nearest doubles)."""
+    file, data = BudgetFile(str(tmp_path / "b.json")), dataset_for(None, "d")
+    file.set_total(data, 1)
+    for _ in range(10):
+        file.charge(data, "synth", 0.1)
+    with pytest.raises(PrivacyRefusal, match=r"spent eps 1 of its total eps 1 "):
+        file.charge(data, "synth", 0.1)
+
+
+def test_a_continued_stream_is_charged_once(runner, tmp_path, private_budget):
+    rng = np.random.default_rng(3)
+    stream = tmp_path / "s.csv"
+    pd.DataFrame({"t": np.arange(300), "x": rng.random(300)}).to_csv(stream, index=False)
+    args = ["online-replay", stream, "--eps", 1, "--bounds", "x=0:1", "--order-by", "t"]
+    args += ["--checkpoints", "every:100", "-q"]
+    state = ["--state", tmp_path / "state"]
+    for _ in range(3):
+        done = invoke(runner, *args, "--out-dir", tmp_path / "out", *state)
+        assert done.exit_code == 0, done.output
+    assert len(releases(private_budget)) == 1  # one stream: its eps once
+    again = invoke(runner, *args, "--out-dir", tmp_path / "out2")  # no state: a new stream
+    assert again.exit_code == 0, again.output
+    assert [r["command"] for r in releases(private_budget)] == ["online-replay"] * 2
+    assert invoke(runner, "budget", "set", "--input", stream, "--eps", 2).exit_code == 0
+    resumed = invoke(runner, *args, "--out-dir", tmp_path / "out", *state)
+    assert resumed.exit_code == 0, resumed.output  # at the total, a continued stream costs 0
+
+
+def test_the_budget_file_is_private_and_stays_out_of_public_outputs(
+    runner, small_csv, tmp_path, monkeypatch
+):
+    state = tmp_path / "xdg"
+    monkeypatch.delenv("DPSYNTH_BUDGET")
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    out = tmp_path / "o.csv"
+    monkeypatch.chdir(tmp_path)
+    result = invoke(
+        runner, "synth", small_csv, "--eps", 1, *BOUNDS, "-o", "-", "--report", "r.json"
+    )
+    assert result.exit_code == 0, result.output
+    path = state / "dpsynth" / "budget.json"
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    assert oct(path.parent.stat().st_mode & 0o777) == "0o700"
+    monkeypatch.setattr(sys, "argv", ["dpsynth", "synth", "--budget", str(path)])  # as typed
+    assert synth(runner, small_csv, out, 1, "--budget", path).exit_code == 0
+    (key,) = json.loads(path.read_text())["datasets"]
+    public = result.stdout + out.read_text() + (tmp_path / "o.csv.report.json").read_text()
+    public += (tmp_path / "r.json").read_text()
+    assert '"--budget",\n    "(private)"' in public
+    for secret in (key, key.split(":")[1], str(path), "budget.json", str(state)):
+        assert secret not in public
+
+
+def test_default_location_and_opting_out(tmp_path, monkeypatch, runner, small_csv):
+    monkeypatch.delenv("DPSYNTH_BUDGET")
+    monkeypatch.delenv("XDG_STATE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert budget.default_path() == str(tmp_path / "home/.local/state/dpsynth/budget.json")
+    monkeypatch.setenv("XDG_STATE_HOME", "relative")  # ignored, as the XDG spec says
+    assert budget.resolve_path(None) == budget.default_path()
+    monkeypatch.setenv("DPSYNTH_BUDGET", "off")
+    assert budget.resolve_path(None) is None
+    monkeypatch.delenv("DPSYNTH_BUDGET")
+    assert synth(runner, small_csv, tmp_path / "o.csv", 1, "--no-budget").exit_code == 0
+    assert not (tmp_path / "home").exists()
+    both = synth(runner, small_csv, tmp_path / "p.csv", 1, "--no-budget", "--budget", "x.json")
+    assert both.exit_code == 2
+
+
+def test_a_damaged_budget_file_refuses(runner, small_csv, tmp_path, private_budget):
+    private_budget.write_text("{not json")
+    result = synth(runner, small_csv, tmp_path / "o.csv")
+    assert result.exit_code == 3 and "is unreadable" in result.stderr
+    assert not (tmp_path / "o.csv").exists()
+
+
+def test_budget_show_set_reset(runner, small_csv, tmp_path, private_budget):
+    assert synth(runner, small_csv, tmp_path / "o.csv", 0.5).exit_code == 0
+    shown = invoke(runner, "budget", "show")
+    assert shown.exit_code == 0 and "spent eps 0.5 (no total set), 1 releases" in shown.stdout
+    assert invoke(runner, "budget", "set", "--input", small_csv, "--eps", 0.4).exit_code == 0
+    assert synth(runner, small_csv, tmp_path / "p.csv", 0.1).exit_code == 3  # below what is spent
+    reset = invoke(runner, "budget", "reset", "--input", small_csv)
+    assert reset.exit_code == 0 and "forgot 1 releases" in reset.stdout
+    assert synth(runner, small_csv, tmp_path / "p.csv", 0.1).exit_code == 0
+    assert invoke(runner, "budget", "set", "--eps", 1).exit_code == 2  # which dataset?
+
+
+def test_deltas_add_up_against_their_own_total(tmp_path):
+    file, data = BudgetFile(str(tmp_path / "b.json")), dataset_for(None, "d")
+    file.set_total(data, 3)  # no --delta: a total delta of 0
+    with pytest.raises(PrivacyRefusal, match="needs eps 1 delta 1e-06"):
+        file.charge(data, "pca", 1, 1e-6)
+    file.set_total(data, 3, 1e-6)
+    file.charge(data, "pca", 1, 1e-6)
+    with pytest.raises(PrivacyRefusal, match="spent eps 1 delta 1e-06 of its total eps 3 delta"):
+        file.charge(data, "pca", 1, 1e-7)
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(UsageError):
+            file.charge(data, "pca", 1, bad)  # a negative spend would refund the budget
+
+
+def test_a_stream_fed_new_files_is_charged_once(runner, tmp_path, private_budget):
+    """--input-mode new reads another file each run: the stream is still one spend."""
+    rng = np.random.default_rng(5)
+    args = ["--eps", 1, "--bounds", "x=0:1", "--checkpoints", "every:100", "--input-mode", "new"]
+    args += ["--state", tmp_path / "state", "--out-dir", tmp_path / "out", "-q"]
+    for day in range(2):
+        part = tmp_path / f"day{day}.csv"
+        pd.DataFrame({"x": rng.random(150)}).to_csv(part, index=False)
+        done = invoke(runner, "online-replay", part, *args)
+        assert done.exit_code == 0, done.output
+    assert len(releases(private_budget)) == 1
