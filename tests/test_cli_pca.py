@@ -50,11 +50,13 @@ def test_components_table_and_report(runner, tmp_path, delta):
         "component",
         "eigenvalue_unit_cube",
         "explained_variance",
+        "coordinates",
         "a",
         "b",
         "c",
     ]
     assert table["component"].tolist() == [1, 2]
+    assert table["coordinates"].tolist() == ["unit-cube", "unit-cube"]
     report = json.loads((tmp_path / "pcs.csv.report.json").read_text())
     assert report["method"] == ("laplace-cov" if delta == "0" else "dp-gauss-1")
     assert report["privacy"]["total_epsilon"] <= 1.0 + 1e-9
@@ -63,8 +65,9 @@ def test_components_table_and_report(runner, tmp_path, delta):
     assert np.allclose(unit @ unit.T, np.eye(2), atol=1e-9)
     first = unit[0] * np.sign(unit[0, 0])
     assert np.allclose(first, np.array([1, 1, -1]) / np.sqrt(3), atol=0.05)
-    in_columns = table[["a", "b", "c"]].to_numpy()
-    assert np.allclose(np.linalg.norm(in_columns, axis=1), 1.0)
+    # the file's directions are the ones computed: unit-cube coordinates, as the report's
+    assert np.allclose(table[["a", "b", "c"]].to_numpy(), unit)
+    assert report["units"]["written"] == "unit-cube"
     assert table["explained_variance"].iloc[0] > 0.9
 
 
