@@ -212,6 +212,15 @@ def row_norm_json(row_norm: float | None, d: int) -> dict[str, Any] | None:
     }
 
 
+def first_moment_bound(d: int, row_norm: float | None) -> float:
+    """L2 bound on a row centred at 1/2 and put on the 2^-12 grid (_centred_on_grid): the box's
+    corner sqrt(d)/2 (on the grid), or R + sqrt(d) 2^-13 (each coordinate's rounding)."""
+    half = math.sqrt(d) / 2
+    if row_norm is None:
+        return half
+    return min(half, row_norm + math.sqrt(d) * 2.0 ** -(moments.STAT_BITS + 1))
+
+
 def clip_to_ball(X: np.ndarray, row_norm: float | None) -> np.ndarray:
     """Project each row of X (in [0,1]^d) onto the ball of radius `row_norm` around the cube's
     centre, in place (X is the caller's clipped copy). Rows inside are unchanged. Stays in the
@@ -298,9 +307,7 @@ def _gaussian(X, k, method, eps, delta, ledger, source, row_norm=None):
     _record(ledger, "count", "noisy row count", rho_count, cnt.describe(), 1.0)
     q = _centred_on_grid(X)
     first_grid = 2.0**-moments.STAT_BITS
-    first_bound = math.sqrt(d) / 2
-    if row_norm is not None:
-        first_bound = min(first_bound, row_norm + math.sqrt(d) * first_grid / 2)
+    first_bound = first_moment_bound(d, row_norm)
     s1 = gauss.noisy_sum(q, first_bound, rho_mean, rel, source.spawn("first"), rows_grid=first_grid)
     _record(
         ledger, "first-moment", "noisy sum of centred rows", rho_mean, s1.describe(), s1.sensitivity
