@@ -173,22 +173,21 @@ def run_pca(
 
 # Why a method leaves explained_variance null: it releases no estimate of the total variance
 # (the ratio's denominator), and one would cost budget taken from the directions.
+_FOR_RATIOS = (
+    "; --method dp-gauss-1 (or laplace-cov with --delta 0) releases a covariance and its ratios"
+)
+_NO_TRACE = "never the covariance's trace, the total variance a ratio divides by" + _FOR_RATIOS
+_STEPS = (
+    "releases noisy gradient steps along each direction (its eigenvalue estimates are their "
+    "norms), "
+)
 NO_TOTAL = {
     "dp-gauss-2": "dp-gauss-2 releases a noisy projector onto the top-k subspace, neither "
-    "eigenvalues nor the total variance, so no ratio can be formed; --method dp-gauss-1 (or "
-    "laplace-cov with --delta 0) releases a covariance and its ratios",
+    "eigenvalues nor the total variance, so no ratio can be formed" + _FOR_RATIOS,
     "dp-power": "dp-power releases noisy products X Y with k directions only (its eigenvalue "
-    "estimates are Rayleigh quotients), never the covariance's trace, the total variance a ratio "
-    "divides by; --method dp-gauss-1 (or laplace-cov with --delta 0) releases a covariance and "
-    "its ratios",
-    "k-dp-ojas": "k-dp-ojas releases noisy gradient steps along each direction (its eigenvalue "
-    "estimates are their norms), never the covariance's trace, the total variance a ratio "
-    "divides by; --method dp-gauss-1 (or laplace-cov with --delta 0) releases a covariance and "
-    "its ratios",
-    "k-dp-pca": "k-dp-pca releases noisy gradient steps along each direction (its eigenvalue "
-    "estimates are their norms), never the covariance's trace, the total variance a ratio "
-    "divides by; --method dp-gauss-1 (or laplace-cov with --delta 0) releases a covariance and "
-    "its ratios",
+    "estimates are Rayleigh quotients), " + _NO_TRACE,
+    "k-dp-ojas": "k-dp-ojas " + _STEPS + _NO_TRACE,
+    "k-dp-pca": "k-dp-pca " + _STEPS + _NO_TRACE,
 }
 
 
