@@ -117,6 +117,8 @@ def principal_components(
     k: int = 2,
     delta: float = 0.0,
     method: str = "auto",
+    row_norm: float | None = None,
+    units: str = "unit-cube",
     schema: Schema | None = None,
     columns: Sequence[str] | None = None,
     bounds: Bounds | None = None,
@@ -130,15 +132,17 @@ def principal_components(
     """The top-`k` principal directions of `data` with a DP guarantee, and the public report.
 
     Pure eps-DP with `delta=0`; (eps, delta)-DP with a Gaussian method. Every column needs
-    declared bounds (`bounds` or `schema`). Returns the components table that `dpsynth pca`
-    writes (one row per component) and its report.
+    declared bounds (`bounds` or `schema`); `row_norm` and `units` are `--row-norm` and
+    `--units`. Returns the components table that `dpsynth pca` writes (one row per component)
+    and its report.
     """
-    from dpsynth_cli.pca import components_in_columns, run_pca, validate
-    from dpsynth_cli.pca_cli import _check_bounds, _components_table, _unit_rows
+    from dpsynth_cli.pca import run_pca, validate
+    from dpsynth_cli.pca_cli import _check_bounds, _check_units, _release_in_units, _unit_rows
     from dpsynth_cli.privacy.ledger import check_epsilon
 
     declared = _declare(columns, schema, bounds, None)
     check_epsilon(eps)
+    _check_units(units, method, delta)
     output_info = _output_info(output)
     _seed_warning(seed)
     spend = _guard(budget, dataset, data, "pca", eps, delta)
@@ -148,7 +152,7 @@ def principal_components(
         )
         specs = choice.specs
         _check_bounds(specs)
-        validate(k, len(specs), method, eps, delta)
+        validate(k, len(specs), method, eps, delta, row_norm)
         domain = Domain(tuple(specs))
         spend.charge()
         X = _unit_rows(read, specs, domain)
@@ -160,14 +164,15 @@ def principal_components(
         delta=delta,
         relation=neighboring,
         source=runs.random_source(seed),
+        row_norm=row_norm,
     )
     del X
     for notice in result.notices:
         _notice(notice)
-    in_columns = components_in_columns(result.components, domain)
+    table, extra = _release_in_units(result, units, domain, specs)
     public = runs.pca_report(
         result,
-        in_columns,
+        extra,
         specs,
         choice,
         seed=seed,
@@ -175,7 +180,6 @@ def principal_components(
         output={**output_info, "rows": k},
         command=_command("pca"),
     )
-    table = _components_table(result, in_columns, specs)
     return _as(table.replace_schema_metadata(runs.release_mark(seed)), output), public
 
 

@@ -402,16 +402,18 @@ class Declared:
         )
         if numbers_only is None:
             return choice
-        specs = []
+        specs, other = [], []
         for s in choice.specs:
             if s.kind == "boolean" and s.kind_source == "Parquet schema":
                 s = ColumnSpec(s.name, "integer", kind_source=s.kind_source)
             elif s.kind not in ("float", "integer") or s.nullable:
-                what = "nullable" if s.nullable else s.kind
-                raise UsageError(
-                    f"{numbers_only} reads float and integer columns: column '{s.name}' is {what}"
-                )
+                other.append(f"'{s.name}' is {'nullable' if s.nullable else s.kind}")
             specs.append(s)
+        if other:  # every offending column at once, from the declarations only
+            raise UsageError(
+                f"{numbers_only} reads float and integer columns: {', '.join(other)}; leave "
+                f"{'it' if len(other) == 1 else 'them'} out with --columns"
+            )
         return replace(choice, specs=specs)
 
 

@@ -24,7 +24,8 @@ from dpsynth_cli.domain import (
     value_matrix,
 )
 from dpsynth_cli.errors import UsageError
-from dpsynth_cli.pca import METHODS, components_in_columns, run_pca, validate
+from dpsynth_cli.pca import METHODS, run_pca, validate
+from dpsynth_cli.pca.units import COVARIANCE_METHODS, UNITS, original_units
 from dpsynth_cli.privacy.ledger import check_epsilon
 from dpsynth_cli.privacy.noise import RandomSource
 
@@ -64,8 +65,31 @@ PcaOutput = Annotated[
         "-o",
         metavar="PATH",
         help="Where to write the components table, e.g. -o pcs.csv: one row per component, one "
-        "column per input column (directions in original column units, unit length); '-' (the "
-        "default) writes CSV to stdout.",
+        "column per input column (unit-length directions in the coordinates named by its "
+        "'coordinates' column, see --units); '-' (the default) writes CSV to stdout.",
+    ),
+]
+RowNorm = Annotated[
+    float | None,
+    typer.Option(
+        "--row-norm",
+        metavar="R",
+        help="A public bound on every row's distance from the box's centre in unit-cube "
+        "coordinates (each column scaled by its declared bounds), e.g. --row-norm 2.2; rows "
+        "farther out are projected onto that ball. Lowers every method's noise from the box's "
+        "half-diagonal sqrt(columns)/2 to R (for columns on bounds -b..b, R = beta / (2 b)).",
+    ),
+]
+Units = Annotated[
+    str,
+    typer.Option(
+        "--units",
+        metavar="|".join(UNITS),
+        show_default=True,
+        help="Coordinates of the written components, e.g. --units original. unit-cube: the "
+        "coordinates pca computes in (each column scaled by its declared bounds). original: the "
+        "principal directions of the released covariance rescaled to column units (post-"
+        "processing; laplace-cov and dp-gauss-1 only, the methods that release a covariance).",
     ),
 ]
 
@@ -83,6 +107,8 @@ def pca(
     k: Components = 2,
     delta: Delta = 0.0,
     method: Method = "auto",
+    row_norm: RowNorm = None,
+    units: Units = "unit-cube",
     output: PcaOutput = "-",
     input_format: opt.InputFormat = None,
     output_format: opt.OutputFormat = None,
@@ -114,6 +140,7 @@ def pca(
     out_fmt = io.detect_format(output, output_format)
     report_file = report.report_path(report_path, output)
     check_epsilon(eps)  # usage errors before the input is opened
+    _check_units(units, method, delta)
     io.check_outputs([output, report_file], input)
     spend = budget_cli.guard(budget_file, no_budget, dataset, input, "pca", eps, delta)
     if seed is not None:
@@ -133,7 +160,7 @@ def pca(
         )
         specs = choice.specs
         _check_bounds(specs)
-        validate(k, len(specs), method, eps, delta)  # usage errors before any pass over rows
+        validate(k, len(specs), method, eps, delta, row_norm)  # before any pass over rows
         domain = Domain(tuple(specs))
         spend.charge()  # on disk before any row is read (exit 3 past the total)
         with feedback.step("reading rows"):
@@ -141,15 +168,22 @@ def pca(
     source = RandomSource.seeded(seed) if seed is not None else RandomSource.secure()
     with feedback.step("releasing components"):
         result = run_pca(
-            X, k=k, method=method, epsilon=eps, delta=delta, relation=neighboring, source=source
+            X,
+            k=k,
+            method=method,
+            epsilon=eps,
+            delta=delta,
+            relation=neighboring,
+            source=source,
+            row_norm=row_norm,
         )
     del X
     for notice in result.notices:
         feedback.notice(notice)
-    in_columns = components_in_columns(result.components, domain)
+    table, extra = _release_in_units(result, units, domain, specs)
     public = runs.pca_report(
         result,
-        in_columns,
+        extra,
         specs,
         choice,
         seed=seed,
@@ -157,7 +191,7 @@ def pca(
         output={"path": output, "format": out_fmt, "rows": k},
     )
     io.write_outputs(
-        _components_table(result, in_columns, specs),
+        table,
         output,
         out_fmt,
         input_path=input,
@@ -186,18 +220,62 @@ def _unit_rows(read: io.InputSource, specs: list[ColumnSpec], domain: Domain) ->
     return np.concatenate(parts) if parts else np.empty((0, len(specs)))
 
 
-def _components_table(result: Any, in_columns: np.ndarray, specs: list[ColumnSpec]) -> pa.Table:
-    """One row per component: its rank, the private eigenvalue (unit cube) and explained-
-    variance estimates, then its direction in original column units."""
-    k = in_columns.shape[0]
-    ev = result.explained_variance
+def _check_units(units: str, method: str, delta: float) -> None:
+    if units not in UNITS:
+        raise UsageError(f"--units must be one of {', '.join(UNITS)}")
+    if units == "original" and method not in (*COVARIANCE_METHODS, "auto"):
+        raise UsageError(
+            f"--units original re-decomposes a released covariance, which --method {method} "
+            f"does not release: use --method {' or '.join(COVARIANCE_METHODS)} (or --units "
+            "unit-cube)"
+        )
+
+
+COORDINATES = {
+    "unit-cube": "unit-cube: each column scaled by its declared bounds, (x - lower) / (upper - "
+    "lower); directions of unit length there",
+    "original": "original: principal directions of the released covariance rescaled to column "
+    "units (Cov(x) = W Cov(unit) W, W = diag(upper - lower)); unit length in column units",
+}
+
+
+def _release_in_units(result: Any, units: str, domain: Domain, specs: list[ColumnSpec]):
+    """The components table in the requested coordinates, and the report's block about them."""
+    extra: dict[str, Any] = {"units": {"written": units, "coordinates": COORDINATES[units]}}
+    if units == "unit-cube":
+        values = (result.components, result.eigenvalues, result.explained_variance)
+        return _components_table(values, "unit-cube", "eigenvalue_unit_cube", specs), extra
+    total_sd = None if result.total is None else result.total[1]
+    orig = original_units(
+        result.covariance, domain.unit_widths, result.components.shape[0], result.signal, total_sd
+    )
+    extra.update(
+        {
+            "components_original_units": orig.components.tolist(),
+            "eigenvalues_original_units": orig.eigenvalues.tolist(),
+            "explained_variance_ratio_original_units": orig.explained_variance,
+            "explained_variance_note_original_units": orig.explained_note,
+            "signal_original_units": orig.signal.to_json(),
+        }
+    )
+    values = (orig.components, orig.eigenvalues, orig.explained_variance)
+    return _components_table(values, "original", "eigenvalue_original_units", specs), extra
+
+
+def _components_table(values: tuple, units: str, eigen_name: str, specs: list[ColumnSpec]):
+    """One row per component: its rank, the private eigenvalue and explained-variance estimates,
+    the coordinates its direction is written in (`units`), then the direction, one column per
+    input column."""
+    comps, eigenvalues, ev = values
+    k = comps.shape[0]
     data: dict[str, Any] = {
         "component": pa.array(np.arange(1, k + 1), pa.int64()),
-        "eigenvalue_unit_cube": pa.array(result.eigenvalues, pa.float64(), from_pandas=True),
+        eigen_name: pa.array(eigenvalues, pa.float64(), from_pandas=True),
         "explained_variance": pa.array([None] * k if ev is None else ev, pa.float64()),
+        "coordinates": pa.array([units] * k, pa.string()),
     }
     for j, s in enumerate(specs):
-        data[s.name] = pa.array(in_columns[:, j], pa.float64())
+        data[s.name] = pa.array(comps[:, j], pa.float64())
     return pa.table(data)
 
 

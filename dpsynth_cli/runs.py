@@ -11,7 +11,6 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from dpsynth_cli import __version__, io, report
@@ -95,7 +94,7 @@ PCA_REPORT_SCHEMA = "dpsynth.pca-report/1"
 
 def pca_report(
     result: Any,
-    in_columns: np.ndarray,
+    units: dict[str, Any],
     specs: list[ColumnSpec],
     choice: ColumnChoice,
     *,
@@ -104,7 +103,8 @@ def pca_report(
     output: dict[str, Any],
     command: list[str] | None = None,
 ) -> dict[str, Any]:
-    """The public report of a pca release: declarations, the release and its ledger."""
+    """The public report of a pca release: declarations, the release and its ledger, and
+    `units`, the block on the coordinates the components are written in."""
     return {
         "schema": PCA_REPORT_SCHEMA,
         "tool": {"name": "dpsynth", "version": __version__},
@@ -115,7 +115,7 @@ def pca_report(
         "domain": {c.name: c.to_json() for c in specs},
         "domain_source": choice.to_json(),
         **result.to_json(),
-        "components_in_columns": in_columns.tolist(),
+        **units,
         "columns": [s.name for s in specs],
         "output": output,
     }

@@ -50,11 +50,13 @@ def test_components_table_and_report(runner, tmp_path, delta):
         "component",
         "eigenvalue_unit_cube",
         "explained_variance",
+        "coordinates",
         "a",
         "b",
         "c",
     ]
     assert table["component"].tolist() == [1, 2]
+    assert table["coordinates"].tolist() == ["unit-cube", "unit-cube"]
     report = json.loads((tmp_path / "pcs.csv.report.json").read_text())
     assert report["method"] == ("laplace-cov" if delta == "0" else "dp-gauss-1")
     assert report["privacy"]["total_epsilon"] <= 1.0 + 1e-9
@@ -63,8 +65,9 @@ def test_components_table_and_report(runner, tmp_path, delta):
     assert np.allclose(unit @ unit.T, np.eye(2), atol=1e-9)
     first = unit[0] * np.sign(unit[0, 0])
     assert np.allclose(first, np.array([1, 1, -1]) / np.sqrt(3), atol=0.05)
-    in_columns = table[["a", "b", "c"]].to_numpy()
-    assert np.allclose(np.linalg.norm(in_columns, axis=1), 1.0)
+    # the file's directions are the ones computed: unit-cube coordinates, as the report's
+    assert np.allclose(table[["a", "b", "c"]].to_numpy(), unit)
+    assert report["units"]["written"] == "unit-cube"
     assert table["explained_variance"].iloc[0] > 0.9
 
 
@@ -93,6 +96,14 @@ def test_stdout_parquet_and_seed(runner, tmp_path):
         (["--delta", "1"], "--delta must be in [0, 1)"),
         (["--method", "magic"], "--method must be one of"),
         (["--neighboring", "cousins"], "--neighboring must be one of"),
+        (["--row-norm", "0"], "--row-norm must be a positive number"),
+        (["--row-norm", "-1"], "--row-norm must be a positive number"),
+        (["--row-norm", "nan"], "--row-norm must be a positive number"),
+        (["--units", "metres"], "--units must be one of unit-cube, original"),
+        (
+            ["--units", "original", "--method", "k-dp-pca", "--delta", "1e-6"],
+            "--units original re-decomposes a released covariance, which --method k-dp-pca",
+        ),
     ],
 )
 def test_usage_errors_are_one_line_and_write_nothing(runner, tmp_path, args, message):
@@ -121,11 +132,20 @@ ODD_ROWS = {
 }
 
 
+ROW_NORM_FLAGS = {
+    "box": [],
+    "row-norm": ["--row-norm", "0.3"],
+    "row-norm original": ["--row-norm", "0.3", "--units", "original", "--delta", "1e-6"],
+}
+
+
+@pytest.mark.parametrize("flags", ROW_NORM_FLAGS)
 @pytest.mark.parametrize("row", ODD_ROWS)
-def test_one_row_changes_nothing_outside_the_release(runner, tmp_path, monkeypatch, row):
+def test_one_row_changes_nothing_outside_the_release(runner, tmp_path, monkeypatch, row, flags):
     """The real command on a table and on the same table plus one odd row, with the release fed
     the same fixed rows on both sides (and the same seed): output bytes, report, messages and
-    exit status must be equal, so no column, type or error depends on a value."""
+    exit status must be equal, so no column, type or error depends on a value (also with
+    --row-norm, where the odd row lies far outside the ball, and --units original)."""
     real = pca_cli.run_pca
     fixed = np.random.default_rng(0).random((500, 3))
     monkeypatch.setattr(pca_cli, "run_pca", lambda X, **kw: real(fixed, **kw))
@@ -138,7 +158,8 @@ def test_one_row_changes_nothing_outside_the_release(runner, tmp_path, monkeypat
         out = tmp_path / f"{src.stem}.out.csv"
         rep = tmp_path / f"{src.stem}.json"
         args = (src, "--eps", 1, *BOUNDS, "--seed", 9, "-o", out, "--report", rep)
-        result = pca(runner, *args)
+        result = pca(runner, *args, *ROW_NORM_FLAGS[flags])
+        assert result.exit_code == 0, result.output
         report = json.loads(rep.read_text())
         report["command"] = report["output"]["path"] = None
         seen.append((result.exit_code, result.stderr, out.read_bytes(), report))

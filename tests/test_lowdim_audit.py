@@ -192,8 +192,10 @@ def moment_pair(relation: str) -> tuple[np.ndarray, np.ndarray]:
 def relation_ignored(mp: pytest.MonkeyPatch) -> None:
     """Mutant: both sensitivities computed as under add/remove whatever the relation."""
     first, second = moments.first_sensitivity, moments.second_sensitivity
-    mp.setattr(moments, "first_sensitivity", lambda d, relation: first(d, "add-remove"))
-    mp.setattr(moments, "second_sensitivity", lambda d, relation: second(d, "add-remove"))
+    mp.setattr(moments, "first_sensitivity", lambda d, relation, r=None: first(d, "add-remove", r))
+    mp.setattr(
+        moments, "second_sensitivity", lambda d, relation, r=None: second(d, "add-remove", r)
+    )
 
 
 MOMENT_VARIANTS: dict[str, Callable[[pytest.MonkeyPatch], None] | None] = {

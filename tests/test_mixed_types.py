@@ -394,7 +394,8 @@ def test_pca_and_online_replay_read_numbers_only(runner, tmp_path, monkeypatch):
     ):
         done = runner.invoke(app, command)
         assert done.exit_code == 2, done.output
-        assert "reads float and integer columns: column 'age' is nullable" in done.output
+        assert "reads float and integer columns: " in done.output
+        assert "'age' is nullable" in done.output
     table = pa.table({"b": [True, False], "x": [0.5, 0.25]})
     declared = resolve_columns(table.schema, None, None, {"b": (0, 1)}, typed=True)
     assert [s.kind for s in declared.specs] == ["integer", "float"]  # --bounds: a number

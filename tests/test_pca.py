@@ -7,7 +7,7 @@ import pytest
 
 from dpsynth_cli.domain import ColumnSpec, Domain
 from dpsynth_cli.errors import UsageError
-from dpsynth_cli.pca import components_in_columns, gauss, run_pca
+from dpsynth_cli.pca import gauss, run_pca
 from dpsynth_cli.privacy import noise
 
 
@@ -114,11 +114,20 @@ def test_noisy_sum_is_on_its_grid_and_bounds_rounding():
     assert np.linalg.norm(worst) * rel.grid <= rel.sensitivity
 
 
-def test_components_in_column_units():
+def test_original_units_re_decompose_the_covariance():
+    """--units original: the covariance W C W (W = the widths) re-decomposed, not the unit-cube
+    direction times the widths (which turns every direction towards the widest column)."""
+    from dpsynth_cli import spectrum
+    from dpsynth_cli.pca.units import original_units
+
     specs = [ColumnSpec("a", "float", 0, 1), ColumnSpec("b", "float", 0, 100)]
-    domain = Domain(specs)
-    out = components_in_columns(np.array([[1.0, 1.0]]) / np.sqrt(2), domain)
-    assert np.allclose(out, np.array([[1, 100]]) / np.sqrt(10001))
+    width = Domain(specs).unit_widths
+    C = np.array([[0.04, 0.0], [0.0, 0.01]])  # unit cube: a first; original: b (100^2 x 0.01)
+    signal = spectrum.check([0.04, 0.01], 1e-6, "test")
+    out = original_units(C, width, 2, signal, 1e-6)
+    assert np.allclose(np.abs(out.components), np.eye(2)[::-1])
+    assert np.allclose(out.eigenvalues, [100.0, 0.04])
+    assert out.explained_variance == pytest.approx([100 / 100.04, 0.04 / 100.04])
 
 
 def test_empty_table_runs():

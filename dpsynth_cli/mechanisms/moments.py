@@ -87,16 +87,35 @@ class MomentSums:
         return MomentSums(self.d, self.first + other.first, self.second + other.second)
 
 
-def first_sensitivity(d: int, relation: str) -> int:
-    """L1 sensitivity of S1 in grid units (module docstring)."""
-    return (1 if relation == "add-remove" else 2) * d * (1 << (STAT_BITS - 1))
+def ball_radius(row_norm: float, d: int) -> float:
+    """A bound on ||q||_2 (grid units) for rows with ||x - c|| <= row_norm (`pca --row-norm`):
+    row_norm 2^STAT_BITS, plus sqrt(d)/2 for the rounding (each coordinate moves by <= 1/2)."""
+    return row_norm * (1 << STAT_BITS) + math.sqrt(d) / 2
 
 
-def second_sensitivity(d: int, relation: str) -> int:
+def _ceil(x: float) -> int:
+    return math.ceil(x * (1 + 1e-9))  # the float product's rounding, conservatively
+
+
+def first_sensitivity(d: int, relation: str, radius: float | None = None) -> int:
+    """L1 sensitivity of S1 in grid units (module docstring). With rows also in the ball ||q||_2
+    <= radius: sum_j |q_j| <= sqrt(d) radius (Cauchy-Schwarz), when smaller than d h."""
+    box = d * (1 << (STAT_BITS - 1))
+    one = box if radius is None else min(box, _ceil(math.sqrt(d) * radius))
+    return (1 if relation == "add-remove" else 2) * one
+
+
+def second_sensitivity(d: int, relation: str, radius: float | None = None) -> int:
     """L1 sensitivity of the upper triangle of S2 in grid units squared (module docstring); the
-    same under both relations."""
+    same under both relations on the box. With rows also in the ball ||q||_2 <= radius: one
+    row's upper triangle has L1 ((sum |q_j|)^2 + ||q||^2) / 2 <= (d + 1) radius^2 / 2, twice
+    that under replace (remove one row, add one: the triangle inequality); the smaller is used."""
     h = 1 << (STAT_BITS - 1)
-    return d * (d + 1) * h * h // 2
+    box = d * (d + 1) * h * h // 2
+    if radius is None:
+        return box
+    ball = (1 if relation == "add-remove" else 2) * _ceil((d + 1) * radius * radius / 2)
+    return min(box, ball)
 
 
 @dataclass(frozen=True)
@@ -141,13 +160,16 @@ def release(
     eps_second: Fraction,
     source: noise.RandomSource,
     ledger: Ledger,
+    radius: float | None = None,
 ) -> NoisyMoments:
-    """Noisy S1 and S2 of the rows X in [0,1]^d (one pass), each a ledger entry."""
+    """Noisy S1 and S2 of the rows X in [0,1]^d (one pass), each a ledger entry. `radius`: a
+    public bound on every quantised row's ||q||_2 (ball_radius; the caller has projected the
+    rows onto the ball), which lowers both sensitivities."""
     rows = as_rows(X)
     d = rows.d
     sums = rows.collect(partial(MomentSums.empty, d))
     relation = ledger.relation
-    s1 = first_sensitivity(d, relation)
+    s1 = first_sensitivity(d, relation, radius)
     scale1 = noise.as_scale(Fraction(s1) / eps_first)
     first = sums.first + noise.discrete_laplace(source.spawn("first"), scale1, d)
     ledger.record(
@@ -161,7 +183,7 @@ def release(
             released={"note": "the d noisy sums; the report gives the mean derived from them"},
         )
     )
-    s2 = second_sensitivity(d, relation)
+    s2 = second_sensitivity(d, relation, radius)
     scale2 = noise.as_scale(Fraction(s2) / eps_second)
     upper = np.triu_indices(d)
     noisy_upper = sums.second[upper] + noise.discrete_laplace(

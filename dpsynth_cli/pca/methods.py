@@ -82,13 +82,17 @@ def trace_bound(stream: Stream) -> float:
     a row past the clip (d = 4, box 1/2 + 0.55 h: Tr A~ = 1.00022 beta^2). Box: Tr A~ <= h^2
     sum_j rint(box_j / h)^2 (_corner_squares), attained by a row at a corner. Otherwise each of
     the d (r + 1) entries moves by <= h/2, so ||G~||_F <= beta + sqrt(d (r + 1)) h / 2 (triangle
-    inequality, ||G||_F^2 = c Tr(F F^T + z z^T) <= beta^2) and Tr A~ = ||G~||_F^2."""
+    inequality, ||G||_F^2 = c Tr(F F^T + z z^T) <= beta^2) and Tr A~ = ||G~||_F^2; this holds
+    with a box too (Stream.of's c keeps c Tr(z z^T) <= beta^2 whenever the box does not).
+    With both a box and beta^2 below the box's sum box_j^2 (a declared row norm: the rows are
+    also in a ball), both bounds hold and the smaller is used."""
     h = _factor_grid(stream)
+    cols = stream.d * (stream.F.shape[1] + 1)
+    ball = (math.sqrt(stream.beta2) + math.sqrt(cols) * h / 2) ** 2
     b2 = _corner_squares(stream, h)
     if b2 is not None:
-        return float(b2.sum()) * h * h  # exact: an integer below 2^53 times a power of two
-    cols = stream.d * (stream.F.shape[1] + 1)
-    return (math.sqrt(stream.beta2) + math.sqrt(cols) * h / 2) ** 2
+        return min(float(b2.sum()) * h * h, ball)  # the box's: exact (an integer times 2^-2m)
+    return ball
 
 
 def second_moment_sum(stream: Stream) -> tuple[np.ndarray, float, float]:
@@ -111,10 +115,9 @@ def second_moment_sum(stream: Stream) -> tuple[np.ndarray, float, float]:
             fq = np.rint(stream.F[:, None, :] * (r[None, :, None] / h)).reshape(stream.d, -1)
             total += fq @ fq.T
     b2 = _corner_squares(stream, h)
-    if b2 is not None:
-        sens = math.sqrt((b2.sum() ** 2 + (b2 * b2).sum()) / 2)  # max over the box's corners
-    else:
-        sens = trace_bound(stream) / (h * h)  # Tr A~ = ||G~||_F^2 >= ||A~||_F >= the triangle's
+    sens = trace_bound(stream) / (h * h)  # Tr A~ = ||G~||_F^2 >= ||A~||_F >= the triangle's
+    if b2 is not None:  # the box's corners: max of the triangle's norm; the ball's when smaller
+        sens = min(sens, math.sqrt((b2.sum() ** 2 + (b2 * b2).sum()) / 2))
     return total, h, sens
 
 
