@@ -205,7 +205,23 @@ def pca(
     _summary(feedback, public, output, report_file)
 
 
+OWN_COLUMNS = (
+    "component",
+    "coordinates",
+    "explained_variance",
+    "eigenvalue_unit_cube",
+    "eigenvalue_original_units",
+)
+
+
 def _check_bounds(specs: list[ColumnSpec]) -> None:
+    """Every column has public bounds and a name the components table does not use itself."""
+    taken = [s.name for s in specs if s.name in OWN_COLUMNS]
+    if taken:
+        raise UsageError(
+            f"pca writes columns named {', '.join(OWN_COLUMNS)} itself; rename the input "
+            f"column{'s' if len(taken) > 1 else ''} {', '.join(repr(t) for t in taken)}"
+        )
     missing = [s.name for s in specs if not s.has_bounds]
     if missing:
         raise UsageError(

@@ -205,3 +205,13 @@ def test_baseline_methods_from_the_cli(runner, tmp_path, method):
             report["eigenvalues_unit_cube"] == [None] and table["eigenvalue_unit_cube"].isna().all()
         )
         assert report["constants"]["PTR_DELTA_SHARE"] == 0.1
+
+
+def test_a_column_named_like_the_tables_own_is_a_usage_error(runner, tmp_path):
+    """The components table has columns of its own (component, coordinates, ...): an input
+    column of that name would be overwritten, so it is refused before any row is read."""
+    path = tmp_path / "t.csv"
+    path.write_text("coordinates,b\n1,2\n3,4\n")
+    result = pca(runner, path, "--eps", "1", "--bounds", "coordinates=0:5", "--bounds", "b=0:5")
+    assert result.exit_code == 2
+    assert "'coordinates'" in result.output and "rename" in result.output
