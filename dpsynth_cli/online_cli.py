@@ -25,6 +25,7 @@ from dpsynth_cli.online import PRIVACY_MODEL, ReplayOptions, replay
 from dpsynth_cli.online.params import ALLOCATIONS
 from dpsynth_cli.online.replay import REPORT_NAME, check_dirs, plan_for
 from dpsynth_cli.online.stream import SORTED_IN_MEMORY, open_stream
+from dpsynth_cli.online.timeline import time_rule
 from dpsynth_cli.privacy.ledger import check_epsilon
 from dpsynth_cli.privacy.noise import RandomSource
 
@@ -225,12 +226,10 @@ def online_replay(
     sep = io.delimiter_flag(delimiter)
     with io.open_input(input, in_fmt, names, header=not no_header, delimiter=sep) as read:
         typed = in_fmt == "parquet"
-        specs = declared.resolve(
-            read.schema, typed=typed, all_columns=read.all_columns, numbers_only="online-replay"
-        ).specs
+        specs = declared.resolve(read.schema, typed=typed, all_columns=read.all_columns).specs
         plan_for(options, specs)  # usage errors before any row is read
         with feedback.step("reading the --order-by column" if order_by else "reading input"):
-            rows = open_stream(read, specs, order_by)
+            rows = open_stream(read, specs, order_by, time_rule(checkpoints) is not None)
         if rows.sorted_in_memory:
             feedback.notice(SORTED_IN_MEMORY)
         source = RandomSource.seeded(seed) if seed is not None else RandomSource.secure()
@@ -263,18 +262,28 @@ def online_replay(
 
 def vacuous_notice(report: dict) -> list[str]:
     """Once per run, in plain words, when this run's releases carry a vacuous a-priori bound
-    (the report's `"vacuous": true`): a function of the public checkpoints and plan only."""
-    this_run = set(report["checkpoints_this_run"])
-    vacuous = [
-        c["rows"] for c in report["checkpoints"] if c["rows"] in this_run and c.get("vacuous")
-    ]
-    if not vacuous:
+    (the report's `"vacuous": true`: >= 1, the metric's largest distance) or a weak one
+    (`"weak": true`, >= 0.5): a function of the public checkpoints and plan only."""
+    history, n = report["checkpoints"], len(report["checkpoints_this_run"])
+    this_run = history[len(history) - n :]  # this run's releases come last
+    vacuous = [c["rows"] for c in this_run if c.get("vacuous")]
+    weak = [c["rows"] for c in this_run if c.get("weak") and not c.get("vacuous")]
+    if not vacuous and not weak:
         return []
+    help = "later checkpoints, a larger --eps or fewer columns help"
+    if not vacuous:
+        which = "every release" if len(weak) == len(this_run) else f"{len(weak)} releases"
+        return [
+            f"{which} of this run (up to {max(weak)} rows) has a weak a-priori W1 bound (0.5 "
+            "or more, where 1 is the largest distance between two rows; the report's "
+            f'"weak": true): expect large errors in those releases; {help}'
+        ]
     which = "every release" if len(vacuous) == len(this_run) else f"{len(vacuous)} releases"
+    more = f"; {len(weak)} more have a weak one (0.5 or more)" if weak else ""
     return [
         f"{which} of this run (up to {max(vacuous)} rows) has a vacuous a-priori W1 bound "
         '(>= 1, the report\'s "vacuous": true): at those stream lengths the releases are '
-        "mostly noise; later checkpoints, a larger --eps or fewer columns help"
+        f"mostly noise{more}; {help}"
     ]
 
 

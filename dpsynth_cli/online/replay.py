@@ -51,9 +51,11 @@ from dpsynth_cli.io import (
     write_outputs,
 )
 from dpsynth_cli.online import state as state_io
+from dpsynth_cli.online.cube import StreamCube
 from dpsynth_cli.online.engine import OnlineEngine, apriori_bound
 from dpsynth_cli.online.params import ALLOCATIONS, SPARSE_SHARE, OnlinePlan
 from dpsynth_cli.online.stream import RowStream, from_table, rebatch
+from dpsynth_cli.online.timeline import Timeline, file_stamp, time_rule, time_text
 from dpsynth_cli.privacy.ledger import Ledger, Spend, check_epsilon
 from dpsynth_cli.privacy.noise import RandomSource
 from dpsynth_cli.report import NOT_FOR_RELEASE
@@ -161,9 +163,17 @@ def plan_for(options: ReplayOptions, specs: list[ColumnSpec]) -> OnlinePlan:
         raise UsageError("online-replay needs at least one column")
     if options.order_by is not None and options.order_by in {s.name for s in specs}:
         raise UsageError(ORDER_BY_SYNTHESISED.format(col=options.order_by))
-    parse_checkpoints(options.checkpoints)
+    if time_rule(options.checkpoints) is not None:
+        if options.order_by is None:
+            raise UsageError(
+                f"--checkpoints {options.checkpoints} is by time: add --order-by naming a date "
+                "or datetime column (the public timeline)"
+            )
+    else:
+        parse_checkpoints(options.checkpoints)
     eps = check_epsilon(options.epsilon)
-    return OnlinePlan(eps, len(specs), options.relation, options.allocation)
+    cube = StreamCube(tuple(specs))
+    return OnlinePlan(eps, cube.d, options.relation, options.allocation, cube.lead)
 
 
 def _ledger(plan: OnlinePlan) -> Ledger:
@@ -221,7 +231,8 @@ def replay(
         engine = engine or OnlineEngine(plan)
         _finish_pending(meta, out_dir, state_dir)
         if isinstance(rows, pa.Table):
-            rows = from_table(rows, specs, options.order_by)
+            by_time = time_rule(options.checkpoints) is not None
+            rows = from_table(rows, specs, options.order_by, by_time)
         new = _new_rows(rows, engine, meta, options)
         with _created(out_dir), _staging(state_dir) as staging:
             return _run(
@@ -274,13 +285,14 @@ class _NewRows:
     count: int
     batches: Iterable[np.ndarray]
     prefix: _Prefix | None = None  # whole mode: the digest of every row, once they are read
+    timeline: Timeline | None = None  # the --order-by times of the input's rows (by time)
 
 
 def _new_rows(rows: RowStream, engine: OnlineEngine, meta: dict, options: ReplayOptions):
     """The rows this run adds to the stream (whole mode: after checking the consumed prefix)."""
     if options.input_mode == "new":
         meta["prefix_sha256"] = None
-        return _NewRows(rows.rows, rows.batches)
+        return _NewRows(rows.rows, rows.batches, timeline=rows.timeline)
     done = engine.t
     if done and meta.get("prefix_sha256") is None:
         raise PrivacyRefusal("this state was continued with --input-mode new: keep using it")
@@ -290,7 +302,7 @@ def _new_rows(rows: RowStream, engine: OnlineEngine, meta: dict, options: Replay
             "the same growing table"
         )
     prefix = _Prefix(done, meta.get("prefix_sha256"))
-    return _NewRows(rows.rows - done, prefix.skip(rows.batches), prefix)
+    return _NewRows(rows.rows - done, prefix.skip(rows.batches), prefix, rows.timeline)
 
 
 class _Prefix:
@@ -405,34 +417,75 @@ def _staging(state_dir: str | None) -> Iterator[str]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def _stops(
+    options: ReplayOptions, meta: dict, timeline: Timeline | None, start: int, end: int
+) -> dict[int, list[float | None]]:
+    """This run's checkpoints: stream length t -> the checkpoint times released at t (None: a
+    checkpoint by row count, or --release-at-end). Public: the flags, the number of rows and,
+    for checkpoints by time, the --order-by column (`timeline`); `meta["timeline"]` keeps the
+    grid's origin and the last time seen, so that a continued stream keeps its grid."""
+    rule = time_rule(options.checkpoints)
+    stops: dict[int, list[float | None]] = {}
+    if rule is None:
+        for t in parse_checkpoints(options.checkpoints)(start, end):
+            stops[t] = [None]
+    elif timeline is not None and timeline.times.size:
+        whole = options.input_mode == "whole"
+        offset = 0 if whole else start  # the timeline holds every row, or this run's rows
+        first = timeline.time_of_row(start if whole else 0) if end > start else None
+        known = meta.get("timeline") or {}
+        after = known.get("last", -np.inf)
+        if not known and whole and start:  # a stream that had checkpoints by row count
+            after = timeline.time_of_row(start - 1)
+        if first is not None and first < after:
+            raise PrivacyRefusal(
+                f"--order-by {options.order_by}: the new rows begin before the last time the "
+                "state replayed; a stream's new rows must come after its earlier ones"
+            )
+        origin = known.get("origin", float(timeline.times[0]))
+        last = float(timeline.times[-1]) if end > start else after
+        for tau in rule.points(origin, after, last):
+            stops.setdefault(offset + timeline.rows_before(tau), []).append(tau)
+        meta["timeline"] = {"origin": origin, "last": last}
+    if options.release_at_end and end > start and None not in stops.get(end, []):
+        stops.setdefault(end, []).append(None)
+    return stops
+
+
 def _run(engine, meta, new, plan, specs, options, source, dirs, state_dir, command, progress):
     out_dir, staging = dirs
+    rows_timeline = new.timeline
     engine.use(source)
-    domain = Domain(tuple(specs))
+    cube = StreamCube(tuple(specs))
     rng = source.spawn("post-processing").numpy_generator()
     start = engine.t  # rows replayed before this run (secret: never reported)
-    checkpoints = parse_checkpoints(options.checkpoints)
     end = start + new.count  # the number of rows is public (PRIVACY_MODEL)
-    stops = checkpoints(start, end)
-    if options.release_at_end and new.count and end not in stops:
-        stops.append(end)
+    stops = _stops(options, meta, rows_timeline, start, end)
     released: list[dict[str, Any]] = []
     pending: list[list[str]] = []  # [staged, final]
 
-    def on_stop(t: int) -> None:
+    def release(t: int, tau: float | None) -> None:
         points = engine.release(rng)
-        name = f"release-{t:012d}.{options.output_format}"
+        stamp = "" if tau is None else f"-{file_stamp(tau)}"
+        name = f"release-{t:012d}{stamp}.{options.output_format}"
         path = os.path.join(staging, name)
         pending.append([path, os.path.join(out_dir, name)])  # first: a stop mid-write removes it
-        write_outputs(domain.from_unit(points), path, options.output_format, input_path=None)
-        released.append(
-            {"rows": t, "file": name, "depth": max(engine.level, 0), **apriori_bound(plan, t)}
-        )
+        write_outputs(cube.to_table(points), path, options.output_format, input_path=None)
+        entry: dict[str, Any] = {"rows": t}
+        if tau is not None:
+            entry["time"] = time_text(tau)
+        entry.update({"file": name, "depth": max(engine.level, 0), **apriori_bound(plan, t)})
+        released.append(entry)
+
+    def on_stop(t: int) -> None:
+        for tau in stops.get(t, []):
+            release(t, tau)
 
     try:
+        on_stop(start)  # checkpoints by time that only earlier runs' rows precede
         fed = 0
         for X in rebatch(new.batches, BATCH_ROWS):
-            engine.feed(X, stops, on_stop)
+            engine.feed(X, list(stops), on_stop)
             fed += X.shape[0]
             if progress is not None:
                 progress(min(fed, new.count), new.count)
@@ -498,7 +551,11 @@ def build_report(plan, specs, ledger, history, released, seeded, command, state_
         },
         "checkpoints_this_run": [c["rows"] for c in released],
         "checkpoints": history,
-        "accuracy_note": "w1_bound_unit_cube: a-priori bound on expected W1 (L-infinity, unit "
-        "cube) from Lemma 5.10 and (5.7)-(5.9) with worst-case unseen rows; often vacuous "
-        "(>= 1) at small t with the literal constants",
+        "metric": Domain(tuple(specs)).metric(),
+        "accuracy_note": "w1_bound_mixed_metric: a-priori bound on expected W1 in the metric "
+        "(`metric`: levels at distance 1, the other columns L-infinity on the unit cube; with "
+        "no boolean or category column also given as w1_bound_unit_cube) from Lemma 5.10 and "
+        "(5.7)-(5.9) with worst-case unseen rows, for the released points before the output "
+        "rounding of integer and date columns (up to 1/(2L) more); vacuous at >= 1, weak at "
+        ">= 0.5; often vacuous at small t",
     }
