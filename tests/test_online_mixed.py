@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from fractions import Fraction
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -25,11 +26,10 @@ from dpsynth_cli.online.engine import OnlineEngine, apriori_bound
 from dpsynth_cli.online.params import OnlinePlan
 from dpsynth_cli.online.replay import REPORT_NAME
 from dpsynth_cli.online.timeline import Timeline, TimelineBuilder, time_rule
-from tests.audit import audit
 from tests.test_neighbours_mixed import ROWS as MIXED_ROWS
 from tests.test_neighbours_mixed import SCHEMA as MIXED_SCHEMA
 from tests.test_online_cli import listing, one_line_error, run
-from tests.test_online_engine import TunedPlan, noisy_after, src
+from tests.test_online_engine import TunedPlan, audit_with_mutant, src
 
 SCHEMA = {"columns": {k: v for k, v in MIXED_SCHEMA["columns"].items()}}
 HEADER = "when,sex,ward,day,smoker,n,at"
@@ -381,18 +381,8 @@ def test_levels_first_engine_audit_and_mutant():
     X = cube.to_cube(np.column_stack([np.zeros(34), np.full(34, 0.01)]))
     X2 = X.copy()
     X2[19] = cube.to_cube(np.array([[3.0, 0.01]]))[0]
-    results = {}
-    for mutant, runs in ((False, 3_000), (True, 1_000)):
-        plan = TunedPlan(Fraction(1), cube.d, "replace", "tuned", cube.lead, mutant=mutant)
-        a = noisy_after(plan, X, runs, src(f"mixed-a{mutant}"))
-        b = noisy_after(plan, X2, runs, src(f"mixed-b{mutant}"))
-        results[mutant] = audit(a, b)
-    print(
-        f"\n[online] levels-first audit: {results[False].summary()}\n"
-        f"  mutant: {results[True].summary()}"
-    )
-    results[False].assert_within(1.0)
-    results[True].assert_exceeds(1.0)
+    make = partial(TunedPlan, Fraction(1), cube.d, "replace", "tuned", cube.lead)
+    audit_with_mutant(lambda m: make(mutant=m), X, X2, 1_000, "mixed-", "levels-first")
 
 
 def test_cube_of_level_columns_only_is_padded():
