@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from typing import Annotated
 
 import typer
@@ -19,6 +20,7 @@ import typer
 from dpsynth_cli import io, report
 from dpsynth_cli import options as opt
 from dpsynth_cli.console import Feedback
+from dpsynth_cli.constraints import choose
 from dpsynth_cli.domain import declare_columns
 from dpsynth_cli.errors import UsageError
 from dpsynth_cli.online import PRIVACY_MODEL, ReplayOptions, replay
@@ -198,11 +200,6 @@ def online_replay(
             "online-replay needs declared columns with bounds: --schema, or --bounds "
             "COL=LOWER:UPPER for each column"
         )
-    if declared.constraints:
-        raise UsageError(
-            f"--schema {schema}: online-replay does not enforce declared constraints yet; "
-            'use a schema without "constraints" (synth enforces them)'
-        )
     options = ReplayOptions(
         eps,
         order_by=order_by,
@@ -227,6 +224,8 @@ def online_replay(
     with io.open_input(input, in_fmt, names, header=not no_header, delimiter=sep) as read:
         typed = in_fmt == "parquet"
         specs = declared.resolve(read.schema, typed=typed, all_columns=read.all_columns).specs
+        kept, left_out = choose(declared.constraints, specs)
+        options = replace(options, constraints=kept)
         plan_for(options, specs)  # usage errors before any row is read
         with feedback.step("reading the --order-by column" if order_by else "reading input"):
             rows = open_stream(read, specs, order_by, time_rule(checkpoints) is not None)
@@ -244,7 +243,8 @@ def online_replay(
                 command=["dpsynth", *sys.argv[1:]],
                 progress=feedback.counter("replaying the stream"),
             )
-    for notice in result.notices + vacuous_notice(result.report):
+    left = [f'constraint "{c}" left out: {why}' for c, why in left_out.items()]
+    for notice in result.notices + left + vacuous_notice(result.report):
         feedback.notice(notice)
     if seed is None and result.report["seeded"]:
         feedback.warning(f"the state was started by a --seed run: {report.NOT_FOR_RELEASE}")

@@ -52,9 +52,9 @@ def mixed_lines(rows: int, seed: int = 0) -> list[str]:
     return out
 
 
-def write(work: Path, lines: list[str], name: str = "s.csv") -> Path:
+def write(work: Path, lines: list[str], name: str = "s.csv", schema: dict = SCHEMA) -> Path:
     work.mkdir(parents=True, exist_ok=True)
-    (work / "schema.json").write_text(json.dumps(SCHEMA))
+    (work / "schema.json").write_text(json.dumps(schema))
     path = work / name
     path.write_text(HEADER + "\n" + "".join(line + "\n" for line in lines))
     return path
@@ -270,6 +270,30 @@ def test_mixed_csv_neighbours_are_indistinguishable(runner, tmp_path, monkeypatc
         assert seen[0][2][name] != seen[1][2][name]
     else:
         assert seen[0] == seen[1]
+
+
+CONSTRAINED = {**SCHEMA, "constraints": ["day >= floor(at)", "n <= 5"]}
+
+
+@pytest.mark.parametrize("row", ["bad date", "all missing", "undeclared level"])
+def test_constrained_neighbours_are_indistinguishable(runner, tmp_path, monkeypatch, row):
+    """Declared constraints condition each release on the released counts only: neighbours
+    stay identical, and every release obeys them."""
+    forced_feed(monkeypatch)
+
+    def make(work: Path, side: str) -> str:
+        lines = mixed_lines(1000)
+        if side == "neighbour":
+            lines[301] = lines[301][:10] + "," + MIXED_ROWS[row]
+        write(work, lines, schema=CONSTRAINED)
+        return "s.csv"
+
+    seen = neighbours(runner, tmp_path, monkeypatch, make, [*COMMON, *CHECKPOINTS])
+    assert seen[0][0] == 0 and len(seen[0][2]) == 4, seen[0][1]
+    assert seen[0] == seen[1]
+    out = pq.read_table(pa.BufferReader(seen[0][2]["release-000000000900-2021-04-01.parquet"]))
+    n = out.column("n").to_numpy(zero_copy_only=False)
+    assert np.all(np.isnan(n) | (n <= 5))
 
 
 def parquet_rows(lines: list[str]) -> pa.Table:

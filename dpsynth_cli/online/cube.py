@@ -21,6 +21,8 @@ import numpy as np
 import pyarrow as pa
 
 from dpsynth_cli.domain import ColumnSpec, Domain
+from dpsynth_cli.mechanisms import partition
+from dpsynth_cli.mechanisms.conditioned import Conditioned, Rules
 
 
 @dataclass(frozen=True)
@@ -59,8 +61,28 @@ class StreamCube:
         cube[missing] = np.nan
         return cube
 
-    def to_table(self, points: np.ndarray) -> pa.Table:
-        """Released points of the cube as a table of the declared columns (post-processing)."""
+    def to_unit(self, points: np.ndarray) -> np.ndarray:
+        """Points of the cube in the declared columns' unit coordinates (NaN: flagged missing)."""
         if self.padded:
             points = points[:, :-1]
-        return self.domain.from_unit(self.domain.cube_to_unit(points))
+        return self.domain.cube_to_unit(points)
+
+    def to_table(self, points: np.ndarray) -> pa.Table:
+        """Released points of the cube as a table of the declared columns (post-processing)."""
+        return self.domain.from_unit(self.to_unit(points))
+
+    def conditioned_table(
+        self, counts: np.ndarray, depth: int, rules: Rules, rng: np.random.Generator
+    ) -> pa.Table:
+        """The release of the consistent leaf `counts` conditioned on the declared constraints
+        (`mechanisms.conditioned`: a row that breaks one is replaced by a fresh draw from the
+        released counts; post-processing of released values only), rows in random order."""
+        lead = self.lead
+
+        def place(cells: np.ndarray, k: np.ndarray, g: np.random.Generator) -> np.ndarray:
+            codes = np.repeat(np.asarray(cells, dtype=np.int64), k)
+            return self.to_unit(partition.points_in_cells(codes, depth, self.d, g, lead))
+
+        cells = np.flatnonzero(counts)
+        unit = Conditioned(place, counts, rules).sample(cells, counts[cells], rng).points
+        return self.domain.from_unit(unit[rng.permutation(unit.shape[0])])

@@ -40,6 +40,7 @@ import numpy as np
 import pyarrow as pa
 
 from dpsynth_cli import __version__
+from dpsynth_cli.constraints import Constraint, describe
 from dpsynth_cli.domain import ColumnSpec, Domain, bounds_flag
 from dpsynth_cli.errors import DataError, PrivacyRefusal, UsageError
 from dpsynth_cli.io import (
@@ -50,6 +51,7 @@ from dpsynth_cli.io import (
     signals_held,
     write_outputs,
 )
+from dpsynth_cli.mechanisms.conditioned import Rules
 from dpsynth_cli.online import state as state_io
 from dpsynth_cli.online.cube import StreamCube
 from dpsynth_cli.online.engine import OnlineEngine, apriori_bound
@@ -109,6 +111,7 @@ class ReplayOptions:
     input_mode: str = "whole"  # "whole": the growing table (consumed rows are checked, skipped)
     release_at_end: bool = False  # a calendar release after the last row: needs the next flag
     row_counts_public: bool = False  # declares the row count at the end of each run public
+    constraints: tuple[Constraint, ...] = ()  # the schema's, on chosen columns (post-processing)
 
 
 @dataclass
@@ -457,6 +460,7 @@ def _run(engine, meta, new, plan, specs, options, source, dirs, state_dir, comma
     rows_timeline = new.timeline
     engine.use(source)
     cube = StreamCube(tuple(specs))
+    rules = Rules(cube.domain, options.constraints) if options.constraints else None
     rng = source.spawn("post-processing").numpy_generator()
     start = engine.t  # rows replayed before this run (secret: never reported)
     end = start + new.count  # the number of rows is public (PRIVACY_MODEL)
@@ -465,12 +469,15 @@ def _run(engine, meta, new, plan, specs, options, source, dirs, state_dir, comma
     pending: list[list[str]] = []  # [staged, final]
 
     def release(t: int, tau: float | None) -> None:
-        points = engine.release(rng)
+        if rules is None:
+            table = cube.to_table(engine.release(rng))
+        else:
+            table = cube.conditioned_table(engine.leaf_counts(rng), engine.level, rules, rng)
         stamp = "" if tau is None else f"-{file_stamp(tau)}"
         name = f"release-{t:012d}{stamp}.{options.output_format}"
         path = os.path.join(staging, name)
         pending.append([path, os.path.join(out_dir, name)])  # first: a stop mid-write removes it
-        write_outputs(cube.to_table(points), path, options.output_format, input_path=None)
+        write_outputs(table, path, options.output_format, input_path=None)
         entry: dict[str, Any] = {"rows": t}
         if tau is not None:
             entry["time"] = time_text(tau)
@@ -552,6 +559,7 @@ def build_report(plan, specs, ledger, history, released, seeded, command, state_
         "checkpoints_this_run": [c["rows"] for c in released],
         "checkpoints": history,
         "metric": Domain(tuple(specs)).metric(),
+        "constraints": describe(options.constraints) if options.constraints else None,
         "accuracy_note": "w1_bound_mixed_metric: a-priori bound on expected W1 in the metric "
         "(`metric`: levels at distance 1, the other columns L-infinity on the unit cube; with "
         "no boolean or category column also given as w1_bound_unit_cube) from Lemma 5.10 and "
