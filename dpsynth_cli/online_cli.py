@@ -63,7 +63,9 @@ OrderBy = Annotated[
         help="Column that orders the rows into a stream, e.g. --order-by time (stable: ties "
         "keep the file's order). PUBLIC: its values and the order they give are the timeline, "
         "so it may not be one of the synthesised columns (refused, exit 2: their values are "
-        "protected). CSV text sorts as numbers when "
+        "protected; leave it out of the schema's columns). A date or datetime column (ISO "
+        "text, or a Parquet date/timestamp) also allows --checkpoints by time. CSV text sorts "
+        "as numbers when "
         "every value is one, else as text (ISO 8601 times work). A missing value is an error "
         "(exit 1). Default: the file's row order. A file already in this order (checked first "
         "by reading this column alone) is streamed with memory bounded by a batch; any other "
@@ -74,11 +76,14 @@ Checkpoints = Annotated[
     str,
     _opt(
         "--checkpoints",
-        metavar="pow2|every:N|N,N,...",
+        metavar="pow2|every:N|N,N,...|every:N<s|m|h|d|w>|monthly",
         show_default=True,
-        help="Stream lengths at which a synthetic table of exactly that many rows is released, "
+        help="When a synthetic table is released: by stream length (exactly that many rows), "
         "e.g. --checkpoints every:10000 or --checkpoints 1000,5000,20000; pow2: 1, 2, 4, 8, ... "
-        "rows.",
+        "rows; or by time on a date or datetime --order-by column, e.g. --checkpoints every:7d "
+        "(from the first time, floored to midnight) or monthly (the 1st of each month): the "
+        "release at time T holds the rows before T (a public number: the timeline is public), "
+        "is made once a row at or after T is seen, and is named release-<rows>-<T>.",
     ),
 ]
 ReleaseFormat = Annotated[
@@ -191,7 +196,9 @@ def online_replay(
     """Replay INPUT's rows in order as a stream and release DP synthetic data at checkpoints.
 
     Publish a growing table's synthetic copy every day without paying eps again (dissertation
-    ch. 5, Algorithms 10-12; the privacy model below). Every column needs declared bounds.
+    ch. 5, Algorithms 10-12; the privacy model below). Every column needs declared bounds; the
+    schema types synth reads (category, boolean, integer, date, datetime, nullable) are
+    released as such, levels split first, and the schema's constraints hold in every release.
     """
     feedback = Feedback(quiet)
     declared = declare_columns(columns, schema, bounds, integer)
