@@ -213,9 +213,8 @@ def online_replay(
     once, however many calls continue it). Returns the files written (releases, then the
     report) and the report dict.
     """
-    from dpsynth_cli.online import ReplayOptions, replay
-    from dpsynth_cli.online.replay import check_dirs, plan_for
-    from dpsynth_cli.online.stream import SORTED_IN_MEMORY, open_stream
+    from dpsynth_cli.online import ReplayOptions
+    from dpsynth_cli.online.replay import check_dirs
     from dpsynth_cli.online_cli import vacuous_notice
     from dpsynth_cli.privacy.ledger import check_epsilon
 
@@ -225,8 +224,6 @@ def online_replay(
             "online-replay needs declared columns with bounds: --schema, or --bounds "
             "COL=LOWER:UPPER for each column"
         )
-    if declared.constraints:
-        raise UsageError("online-replay does not enforce declared constraints yet")
     options = ReplayOptions(
         eps,
         order_by=order_by,
@@ -244,26 +241,20 @@ def online_replay(
     _seed_warning(seed)
     spend = _guard(budget, dataset, data, "online-replay", eps, state_dir=state)
     extra = [order_by] if order_by is not None and order_by not in declared.names else []
-    names = declared.names + extra
-    with _opened(data, names, input_format) as (read, typed):
-        specs = declared.resolve(
-            read.schema, typed=typed, all_columns=read.all_columns, numbers_only="online-replay"
-        ).specs
-        plan_for(options, specs)
-        spend.charge()
-        rows = open_stream(read, specs, order_by)
-        if rows.sorted_in_memory:
-            _notice(SORTED_IN_MEMORY)
-        result = replay(
-            rows,
-            specs,
+    with _opened(data, declared.names + extra, input_format) as (read, typed):
+        result, notices = runs.replay_opened(
+            read,
+            typed,
+            declared,
             options,
             runs.random_source(seed),
             out_dir=out_dir,
             state_dir=state,
+            spend=spend,
             command=_command("online-replay"),
+            notify=_notice,
         )
-    for notice in result.notices + vacuous_notice(result.report):
+    for notice in notices + vacuous_notice(result.report):
         _notice(notice)
     if seed is None and result.report["seeded"]:
         warnings.warn(f"the state was started by a seeded run: {NOT_FOR_RELEASE}", NotForRelease, 2)

@@ -20,10 +20,9 @@ from dpsynth_cli import options as opt
 from dpsynth_cli.console import Feedback
 from dpsynth_cli.domain import declare_columns
 from dpsynth_cli.errors import UsageError
-from dpsynth_cli.online import PRIVACY_MODEL, ReplayOptions, replay
+from dpsynth_cli.online import PRIVACY_MODEL, ReplayOptions
 from dpsynth_cli.online.params import ALLOCATIONS
-from dpsynth_cli.online.replay import REPORT_NAME, check_dirs, plan_for
-from dpsynth_cli.online.stream import SORTED_IN_MEMORY, open_stream
+from dpsynth_cli.online.replay import REPORT_NAME, check_dirs
 from dpsynth_cli.privacy.ledger import check_epsilon
 from dpsynth_cli.privacy.noise import RandomSource
 
@@ -59,7 +58,9 @@ OrderBy = Annotated[
         help="Column that orders the rows into a stream, e.g. --order-by time (stable: ties "
         "keep the file's order). PUBLIC: its values and the order they give are the timeline, "
         "so it may not be one of the synthesised columns (refused, exit 2: their values are "
-        "protected). CSV text sorts as numbers when "
+        "protected; leave it out of the schema's columns). A date or datetime column (ISO "
+        "text, or a Parquet date/timestamp) also allows --checkpoints by time. CSV text sorts "
+        "as numbers when "
         "every value is one, else as text (ISO 8601 times work). A missing value is an error "
         "(exit 1). Default: the file's row order. A file already in this order (checked first "
         "by reading this column alone) is streamed with memory bounded by a batch; any other "
@@ -70,11 +71,14 @@ Checkpoints = Annotated[
     str,
     _opt(
         "--checkpoints",
-        metavar="pow2|every:N|N,N,...",
+        metavar="pow2|every:N|N,N,...|every:N<s|m|h|d|w>|monthly",
         show_default=True,
-        help="Stream lengths at which a synthetic table of exactly that many rows is released, "
+        help="When a synthetic table is released: by stream length (exactly that many rows), "
         "e.g. --checkpoints every:10000 or --checkpoints 1000,5000,20000; pow2: 1, 2, 4, 8, ... "
-        "rows.",
+        "rows; or by time on a date or datetime --order-by column, e.g. --checkpoints every:7d "
+        "(from the first time, floored to midnight) or monthly (the 1st of each month): the "
+        "release at time T holds the rows before T (a public number: the timeline is public), "
+        "is made once a row at or after T is seen, and is named release-<rows>-<T>.",
     ),
 ]
 ReleaseFormat = Annotated[
@@ -190,7 +194,9 @@ def online_replay(
     """Replay INPUT's rows in order as a stream and release DP synthetic data at checkpoints.
 
     Publish a growing table's synthetic copy every day without paying eps again (dissertation
-    ch. 5, Algorithms 10-12; the privacy model below). Every column needs declared bounds.
+    ch. 5, Algorithms 10-12; the privacy model below). Every column needs declared bounds; the
+    schema types synth reads (category, boolean, integer, date, datetime, nullable) are
+    released as such, levels split first, and the schema's constraints hold in every release.
     """
     feedback = Feedback(quiet)
     declared = declare_columns(columns, schema, bounds, integer)
@@ -198,11 +204,6 @@ def online_replay(
         raise UsageError(
             "online-replay needs declared columns with bounds: --schema, or --bounds "
             "COL=LOWER:UPPER for each column"
-        )
-    if declared.constraints:
-        raise UsageError(
-            f"--schema {schema}: online-replay does not enforce declared constraints yet; "
-            'use a schema without "constraints" (synth enforces them)'
         )
     options = ReplayOptions(
         eps,
@@ -229,29 +230,21 @@ def online_replay(
     names = declared.names + extra
     sep = io.delimiter_flag(delimiter)
     with io.open_input(input, in_fmt, names, header=not no_header, delimiter=sep) as read:
-        typed = in_fmt == "parquet"
-        specs = declared.resolve(
-            read.schema, typed=typed, all_columns=read.all_columns, numbers_only="online-replay"
-        ).specs
-        plan_for(options, specs)  # usage errors before any row is read
-        spend.charge()  # once per stream: a continued --state is not charged again
-        with feedback.step("reading the --order-by column" if order_by else "reading input"):
-            rows = open_stream(read, specs, order_by)
-        if rows.sorted_in_memory:
-            feedback.notice(SORTED_IN_MEMORY)
-        source = RandomSource.seeded(seed) if seed is not None else RandomSource.secure()
-        with feedback.step("replaying the stream"):
-            result = replay(
-                rows,
-                specs,
-                options,
-                source,
-                out_dir=out_dir,
-                state_dir=state,
-                command=runs.public_command(),  # without the private --budget FILE
-                progress=feedback.counter("replaying the stream"),
-            )
-    for notice in result.notices + vacuous_notice(result.report):
+        result, notices = runs.replay_opened(
+            read,
+            in_fmt == "parquet",
+            declared,
+            options,
+            RandomSource.seeded(seed) if seed is not None else RandomSource.secure(),
+            out_dir=out_dir,
+            state_dir=state,
+            spend=spend,
+            command=runs.public_command(),  # without the private --budget FILE
+            notify=feedback.notice,
+            step=feedback.step,
+            progress=feedback.counter("replaying the stream"),
+        )
+    for notice in notices + vacuous_notice(result.report):
         feedback.notice(notice)
     if seed is None and result.report["seeded"]:
         feedback.warning(f"the state was started by a --seed run: {report.NOT_FOR_RELEASE}")
@@ -269,18 +262,28 @@ def online_replay(
 
 def vacuous_notice(report: dict) -> list[str]:
     """Once per run, in plain words, when this run's releases carry a vacuous a-priori bound
-    (the report's `"vacuous": true`): a function of the public checkpoints and plan only."""
-    this_run = set(report["checkpoints_this_run"])
-    vacuous = [
-        c["rows"] for c in report["checkpoints"] if c["rows"] in this_run and c.get("vacuous")
-    ]
-    if not vacuous:
+    (the report's `"vacuous": true`: >= 1, the metric's largest distance) or a weak one
+    (`"weak": true`, >= 0.5): a function of the public checkpoints and plan only."""
+    history, n = report["checkpoints"], len(report["checkpoints_this_run"])
+    this_run = history[len(history) - n :]  # this run's releases come last
+    vacuous = [c["rows"] for c in this_run if c.get("vacuous")]
+    weak = [c["rows"] for c in this_run if c.get("weak") and not c.get("vacuous")]
+    if not vacuous and not weak:
         return []
+    help = "later checkpoints, a larger --eps or fewer columns help"
+    if not vacuous:
+        which = "every release" if len(weak) == len(this_run) else f"{len(weak)} releases"
+        return [
+            f"{which} of this run (up to {max(weak)} rows) has a weak a-priori W1 bound (0.5 "
+            "or more, where 1 is the largest distance between two rows; the report's "
+            f'"weak": true): expect large errors in those releases; {help}'
+        ]
     which = "every release" if len(vacuous) == len(this_run) else f"{len(vacuous)} releases"
+    more = f"; {len(weak)} more have a weak one (0.5 or more)" if weak else ""
     return [
         f"{which} of this run (up to {max(vacuous)} rows) has a vacuous a-priori W1 bound "
         '(>= 1, the report\'s "vacuous": true): at those stream lengths the releases are '
-        "mostly noise; later checkpoints, a larger --eps or fewer columns help"
+        f"mostly noise{more}; {help}"
     ]
 
 

@@ -7,6 +7,7 @@ the same output, report and notices for the same input, declarations and seed.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -195,3 +196,53 @@ def compare_tables(
             specs = compare.fill_bounds_from_data(choice.specs, real_data, synth_data)
         result = compare.evaluate(real_data, synth_data, specs, seed)
     return result, specs, names
+
+
+def replay_opened(
+    read: io.InputSource,
+    typed: bool,
+    declared: Declared,
+    options: Any,
+    source: RandomSource,
+    *,
+    out_dir: str,
+    state_dir: str | None,
+    spend: Any,
+    command: list[str],
+    notify: Notify,
+    step: Callable[[str], contextlib.AbstractContextManager[None]] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[Any, list[str]]:
+    """online-replay on an opened input (the command and `api.online_replay`): the columns and
+    constraints from declarations, the plan checked and the spend recorded before any row is
+    read, the stream replayed. Returns the result and the notices to say after it."""
+    from dpsynth_cli.constraints import choose
+    from dpsynth_cli.online import replay
+    from dpsynth_cli.online.replay import plan_for
+    from dpsynth_cli.online.stream import SORTED_IN_MEMORY, open_stream
+    from dpsynth_cli.online.timeline import time_rule
+
+    step = step or (lambda _what: contextlib.nullcontext())
+    specs = declared.resolve(read.schema, typed=typed, all_columns=read.all_columns).specs
+    kept, left_out = choose(declared.constraints, specs)
+    options = dataclasses.replace(options, constraints=kept)
+    plan_for(options, specs)  # usage errors before any row is read
+    spend.charge()  # once per stream: a continued --state is not charged again
+    order_by = options.order_by
+    with step("reading the --order-by column" if order_by else "reading input"):
+        rows = open_stream(read, specs, order_by, time_rule(options.checkpoints) is not None)
+    if rows.sorted_in_memory:
+        notify(SORTED_IN_MEMORY)
+    with step("replaying the stream"):
+        result = replay(
+            rows,
+            specs,
+            options,
+            source,
+            out_dir=out_dir,
+            state_dir=state_dir,
+            command=command,
+            progress=progress,
+        )
+    left = [f'constraint "{c}" left out: {why}' for c, why in left_out.items()]
+    return result, result.notices + left

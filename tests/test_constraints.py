@@ -404,10 +404,20 @@ def test_cli_constraints_on_columns_not_chosen_are_left_out(runner, tmp_path):
     assert block["declared"] == [] and "b >= a + 0.5" in block["left_out"]
 
 
-def test_online_replay_refuses_declared_constraints(runner, tmp_path):
-    write_two_floats(tmp_path, ["b >= a"])
-    args = ["online-replay", str(tmp_path / "in.parquet"), "--eps", "1", "--out-dir"]
-    args += [str(tmp_path / "rel"), "--schema", str(tmp_path / "s.json")]
-    result = runner.invoke(app, args)
-    assert result.exit_code == 2 and "does not enforce declared constraints" in result.stderr
-    assert not (tmp_path / "rel").exists()
+def test_online_replay_conditions_its_releases_on_declared_constraints(runner, tmp_path):
+    """issue 25: every release obeys the schema's constraints (rejection from the released
+    counts: post-processing), the report says how; the same run without them breaks one."""
+    write_two_floats(tmp_path, ["b - 1 >= a"])
+    args = ["online-replay", str(tmp_path / "in.parquet"), "--eps", "1", "--seed", "2"]
+    args += ["--checkpoints", "1024,3000", "--schema", str(tmp_path / "s.json")]
+    result = runner.invoke(app, [*args, "--out-dir", str(tmp_path / "rel")])
+    assert result.exit_code == 0, result.output
+    for name in ("release-000000001024.parquet", "release-000000003000.parquet"):
+        out = pq.read_table(tmp_path / "rel" / name).to_pandas()
+        assert len(out) == int(name[8:20]) and (out.b - 1 >= out.a).all()
+    report = json.loads((tmp_path / "rel" / "online-replay.report.json").read_text())
+    assert report["constraints"]["conditioned"] == ["b - 1 >= a"]
+    write_two_floats(tmp_path, [])
+    result = runner.invoke(app, [*args, "--out-dir", str(tmp_path / "free")])
+    free = pq.read_table(tmp_path / "free" / "release-000000003000.parquet").to_pandas()
+    assert not (free.b - 1 >= free.a).all()

@@ -383,19 +383,21 @@ def test_evaluate_reports_tvd_for_levels_and_the_mixed_metric(runner, tmp_path, 
     assert mixed["exact"] >= max(result["per_column"][c]["tvd"] for c in cat) - 1e-12
 
 
-def test_pca_and_online_replay_read_numbers_only(runner, tmp_path, monkeypatch):
+def test_pca_reads_numbers_only_and_online_replay_every_type(runner, tmp_path, monkeypatch):
+    """pca refuses a non-numeric column; online-replay releases them as declared (issue 25)."""
     monkeypatch.chdir(tmp_path)
     Path("m.csv").write_text(CSV)
     Path("m.json").write_text(json.dumps(SCHEMA))
     common = ["m.csv", "--eps", "1", "--schema", "m.json"]
-    for command in (
-        ["pca", *common, "-k", "1"],
-        ["online-replay", *common, "--order-by", "score", "--out-dir", "r"],
-    ):
-        done = runner.invoke(app, command)
-        assert done.exit_code == 2, done.output
-        assert "reads float and integer columns: " in done.output
-        assert "'age' is nullable" in done.output
+    done = runner.invoke(app, ["pca", *common, "-k", "1"])
+    assert done.exit_code == 2, done.output
+    assert "reads float and integer columns: " in done.output
+    assert "'age' is nullable" in done.output
+    done = runner.invoke(app, ["online-replay", *common, "--out-dir", "r", "--checkpoints", "4"])
+    assert done.exit_code == 0, done.output
+    out = pq.read_table("r/release-000000000004.parquet")
+    assert out.schema.names == list(SCHEMA["columns"]) and out.num_rows == 4
+    assert out.schema.field("admitted").type == pa.date32()
     table = pa.table({"b": [True, False], "x": [0.5, 0.25]})
     declared = resolve_columns(table.schema, None, None, {"b": (0, 1)}, typed=True)
     assert [s.kind for s in declared.specs] == ["integer", "float"]  # --bounds: a number

@@ -10,6 +10,7 @@ import sys
 import textwrap
 from dataclasses import dataclass, replace
 from fractions import Fraction
+from functools import partial
 
 import numpy as np
 import pytest
@@ -76,15 +77,21 @@ def test_whole_stream_audit_and_mutant(plan_class, allocation, moved, mutant_run
     X = np.full((34, 2), 0.01)
     X2 = X.copy()
     X2[moved] = 0.99
+    make = partial(plan_class, Fraction(1), 2, "replace", allocation)
+    audit_with_mutant(lambda m: make(mutant=m), X, X2, mutant_runs, label, f"{allocation} stream")
+
+
+def audit_with_mutant(make_plan, X, X2, mutant_runs: int, label: str, what: str) -> None:
+    """Released counts after X and after its neighbour X2: the real plan within eps 1 (3000
+    runs a side), `make_plan(True)` (the mutant) beyond it."""
     results = {}
     for mutant, runs in ((False, 3_000), (True, mutant_runs)):
-        plan = plan_class(Fraction(1), 2, "replace", allocation, mutant=mutant)
+        plan = make_plan(mutant)
         a = noisy_after(plan, X, runs, src(f"{label}a{mutant}"))
         b = noisy_after(plan, X2, runs, src(f"{label}b{mutant}"))
         results[mutant] = audit(a, b)
     print(
-        f"\n[online] {allocation} stream audit: {results[False].summary()}\n"
-        f"  mutant: {results[True].summary()}"
+        f"\n[online] {what} audit: {results[False].summary()}\n  mutant: {results[True].summary()}"
     )
     results[False].assert_within(1.0)
     results[True].assert_exceeds(1.0)

@@ -47,6 +47,7 @@ from fractions import Fraction
 from functools import cache
 
 from dpsynth_cli.errors import UsageError
+from dpsynth_cli.mechanisms.partition import split_order_text
 from dpsynth_cli.privacy.noise import as_scale
 
 ALLOCATIONS = ("literal", "tuned")
@@ -90,6 +91,10 @@ class OnlinePlan:
     d: int
     relation: str = "replace"
     allocation: str = "literal"
+    # Bits split first for each of the first len(lead) cube coordinates: the boolean/category
+    # columns and missing flags of a mixed table (`Domain.lead_bits`, `partition`). Only the
+    # geometry: one row still lies in one region per depth, so the privacy proof is unchanged.
+    lead: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.allocation not in ALLOCATIONS:
@@ -142,6 +147,7 @@ class OnlinePlan:
             "region_start": "depth-j regions start at t_j = ceil(2^j / eps) (Algorithm 11, "
             "r0 = |theta|), not at 2^(j-1)/eps as Algorithm 12's pseudo-code reads",
             "epsilon_rule": "(5.3)" if self.d >= 2 else "(5.12)",
+            "split_order": split_order_text(self.lead),
         }
 
 

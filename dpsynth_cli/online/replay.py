@@ -40,6 +40,7 @@ import numpy as np
 import pyarrow as pa
 
 from dpsynth_cli import __version__
+from dpsynth_cli.constraints import Constraint, describe
 from dpsynth_cli.domain import ColumnSpec, Domain, bounds_flag
 from dpsynth_cli.errors import DataError, PrivacyRefusal, UsageError
 from dpsynth_cli.io import (
@@ -50,10 +51,13 @@ from dpsynth_cli.io import (
     signals_held,
     write_outputs,
 )
+from dpsynth_cli.mechanisms.conditioned import Rules
 from dpsynth_cli.online import state as state_io
+from dpsynth_cli.online.cube import StreamCube
 from dpsynth_cli.online.engine import OnlineEngine, apriori_bound
 from dpsynth_cli.online.params import ALLOCATIONS, SPARSE_SHARE, OnlinePlan
 from dpsynth_cli.online.stream import RowStream, from_table, rebatch
+from dpsynth_cli.online.timeline import Timeline, file_stamp, time_rule, time_text
 from dpsynth_cli.privacy.ledger import Ledger, Spend, check_epsilon
 from dpsynth_cli.privacy.noise import RandomSource
 from dpsynth_cli.report import NOT_FOR_RELEASE
@@ -76,7 +80,8 @@ PRIVACY_MODEL = (
     "add-remove whether a slot holds a row. PUBLIC: the timeline, i.e. the number of rows up "
     "to each checkpoint (a release at checkpoint t has exactly t rows), the --order-by column "
     "(its values set the order; it may not be a synthesised column) and so the order, and the "
-    "checkpoints. All "
+    "checkpoints: by row count, or by time on that column (their times and the number of rows "
+    "before each come from it and the flags only). All "
     "releases of the stream, including later runs that continue --state, are together eps-DP: "
     "no run spends eps again. Rows with a missing value keep their time slot and are counted in "
     "no region (their synthetic rows follow the others)."
@@ -107,6 +112,7 @@ class ReplayOptions:
     input_mode: str = "whole"  # "whole": the growing table (consumed rows are checked, skipped)
     release_at_end: bool = False  # a calendar release after the last row: needs the next flag
     row_counts_public: bool = False  # declares the row count at the end of each run public
+    constraints: tuple[Constraint, ...] = ()  # the schema's, on chosen columns (post-processing)
 
 
 @dataclass
@@ -161,9 +167,17 @@ def plan_for(options: ReplayOptions, specs: list[ColumnSpec]) -> OnlinePlan:
         raise UsageError("online-replay needs at least one column")
     if options.order_by is not None and options.order_by in {s.name for s in specs}:
         raise UsageError(ORDER_BY_SYNTHESISED.format(col=options.order_by))
-    parse_checkpoints(options.checkpoints)
+    if time_rule(options.checkpoints) is not None:
+        if options.order_by is None:
+            raise UsageError(
+                f"--checkpoints {options.checkpoints} is by time: add --order-by naming a date "
+                "or datetime column (the public timeline)"
+            )
+    else:
+        parse_checkpoints(options.checkpoints)
     eps = check_epsilon(options.epsilon)
-    return OnlinePlan(eps, len(specs), options.relation, options.allocation)
+    cube = StreamCube(tuple(specs))
+    return OnlinePlan(eps, cube.d, options.relation, options.allocation, cube.lead)
 
 
 def _ledger(plan: OnlinePlan) -> Ledger:
@@ -221,7 +235,8 @@ def replay(
         engine = engine or OnlineEngine(plan)
         _finish_pending(meta, out_dir, state_dir)
         if isinstance(rows, pa.Table):
-            rows = from_table(rows, specs, options.order_by)
+            by_time = time_rule(options.checkpoints) is not None
+            rows = from_table(rows, specs, options.order_by, by_time)
         new = _new_rows(rows, engine, meta, options)
         with _created(out_dir), _staging(state_dir) as staging:
             return _run(
@@ -274,13 +289,14 @@ class _NewRows:
     count: int
     batches: Iterable[np.ndarray]
     prefix: _Prefix | None = None  # whole mode: the digest of every row, once they are read
+    timeline: Timeline | None = None  # the --order-by times of the input's rows (by time)
 
 
 def _new_rows(rows: RowStream, engine: OnlineEngine, meta: dict, options: ReplayOptions):
     """The rows this run adds to the stream (whole mode: after checking the consumed prefix)."""
     if options.input_mode == "new":
         meta["prefix_sha256"] = None
-        return _NewRows(rows.rows, rows.batches)
+        return _NewRows(rows.rows, rows.batches, timeline=rows.timeline)
     done = engine.t
     if done and meta.get("prefix_sha256") is None:
         raise PrivacyRefusal("this state was continued with --input-mode new: keep using it")
@@ -290,7 +306,7 @@ def _new_rows(rows: RowStream, engine: OnlineEngine, meta: dict, options: Replay
             "the same growing table"
         )
     prefix = _Prefix(done, meta.get("prefix_sha256"))
-    return _NewRows(rows.rows - done, prefix.skip(rows.batches), prefix)
+    return _NewRows(rows.rows - done, prefix.skip(rows.batches), prefix, rows.timeline)
 
 
 class _Prefix:
@@ -405,34 +421,79 @@ def _staging(state_dir: str | None) -> Iterator[str]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def _stops(
+    options: ReplayOptions, meta: dict, timeline: Timeline | None, start: int, end: int
+) -> dict[int, list[float | None]]:
+    """This run's checkpoints: stream length t -> the checkpoint times released at t (None: a
+    checkpoint by row count, or --release-at-end). Public: the flags, the number of rows and,
+    for checkpoints by time, the --order-by column (`timeline`); `meta["timeline"]` keeps the
+    grid's origin and the last time seen, so that a continued stream keeps its grid."""
+    rule = time_rule(options.checkpoints)
+    stops: dict[int, list[float | None]] = {}
+    if rule is None:
+        for t in parse_checkpoints(options.checkpoints)(start, end):
+            stops[t] = [None]
+    elif timeline is not None and timeline.times.size:
+        whole = options.input_mode == "whole"
+        offset = 0 if whole else start  # the timeline holds every row, or this run's rows
+        first = timeline.time_of_row(start if whole else 0) if end > start else None
+        known = meta.get("timeline") or {}
+        after = known.get("last", -np.inf)
+        if not known and whole and start:  # a stream that had checkpoints by row count
+            after = timeline.time_of_row(start - 1)
+        if first is not None and first < after:
+            raise PrivacyRefusal(
+                f"--order-by {options.order_by}: the new rows begin before the last time the "
+                "state replayed; a stream's new rows must come after its earlier ones"
+            )
+        origin = known.get("origin", float(timeline.times[0]))
+        last = float(timeline.times[-1]) if end > start else after
+        for tau in rule.points(origin, after, last):
+            stops.setdefault(offset + timeline.rows_before(tau), []).append(tau)
+        meta["timeline"] = {"origin": origin, "last": last}
+    if options.release_at_end and end > start and None not in stops.get(end, []):
+        stops.setdefault(end, []).append(None)
+    return stops
+
+
 def _run(engine, meta, new, plan, specs, options, source, dirs, state_dir, command, progress):
     out_dir, staging = dirs
+    rows_timeline = new.timeline
     engine.use(source)
-    domain = Domain(tuple(specs))
+    cube = StreamCube(tuple(specs))
+    rules = Rules(cube.domain, options.constraints) if options.constraints else None
     rng = source.spawn("post-processing").numpy_generator()
     start = engine.t  # rows replayed before this run (secret: never reported)
-    checkpoints = parse_checkpoints(options.checkpoints)
     end = start + new.count  # the number of rows is public (PRIVACY_MODEL)
-    stops = checkpoints(start, end)
-    if options.release_at_end and new.count and end not in stops:
-        stops.append(end)
+    stops = _stops(options, meta, rows_timeline, start, end)
     released: list[dict[str, Any]] = []
     pending: list[list[str]] = []  # [staged, final]
 
-    def on_stop(t: int) -> None:
-        points = engine.release(rng)
-        name = f"release-{t:012d}.{options.output_format}"
+    def release(t: int, tau: float | None) -> None:
+        if rules is None:
+            table = cube.to_table(engine.release(rng))
+        else:
+            table = cube.conditioned_table(engine.leaf_counts(rng), engine.level, rules, rng)
+        stamp = "" if tau is None else f"-{file_stamp(tau)}"
+        name = f"release-{t:012d}{stamp}.{options.output_format}"
         path = os.path.join(staging, name)
         pending.append([path, os.path.join(out_dir, name)])  # first: a stop mid-write removes it
-        write_outputs(domain.from_unit(points), path, options.output_format, input_path=None)
-        released.append(
-            {"rows": t, "file": name, "depth": max(engine.level, 0), **apriori_bound(plan, t)}
-        )
+        write_outputs(table, path, options.output_format, input_path=None)
+        entry: dict[str, Any] = {"rows": t}
+        if tau is not None:
+            entry["time"] = time_text(tau)
+        entry.update({"file": name, "depth": max(engine.level, 0), **apriori_bound(plan, t)})
+        released.append(entry)
+
+    def on_stop(t: int) -> None:
+        for tau in stops.get(t, []):
+            release(t, tau)
 
     try:
+        on_stop(start)  # checkpoints by time that only earlier runs' rows precede
         fed = 0
         for X in rebatch(new.batches, BATCH_ROWS):
-            engine.feed(X, stops, on_stop)
+            engine.feed(X, list(stops), on_stop)
             fed += X.shape[0]
             if progress is not None:
                 progress(min(fed, new.count), new.count)
@@ -498,7 +559,12 @@ def build_report(plan, specs, ledger, history, released, seeded, command, state_
         },
         "checkpoints_this_run": [c["rows"] for c in released],
         "checkpoints": history,
-        "accuracy_note": "w1_bound_unit_cube: a-priori bound on expected W1 (L-infinity, unit "
-        "cube) from Lemma 5.10 and (5.7)-(5.9) with worst-case unseen rows; often vacuous "
-        "(>= 1) at small t with the literal constants",
+        "metric": Domain(tuple(specs)).metric(),
+        "constraints": describe(options.constraints) if options.constraints else None,
+        "accuracy_note": "w1_bound_mixed_metric: a-priori bound on expected W1 in the metric "
+        "(`metric`: levels at distance 1, the other columns L-infinity on the unit cube; with "
+        "no boolean or category column also given as w1_bound_unit_cube) from Lemma 5.10 and "
+        "(5.7)-(5.9) with worst-case unseen rows, for the released points before the output "
+        "rounding of integer and date columns (up to 1/(2L) more); vacuous at >= 1, weak at "
+        ">= 0.5; often vacuous at small t",
     }

@@ -49,13 +49,20 @@ _TMP_PREFIX = ".state.npz."
 def identity(plan: OnlinePlan, specs: list[ColumnSpec]) -> dict[str, Any]:
     """What a state must share with a run that continues it (all public)."""
     return {
-        "columns": [
-            {"name": s.name, "type": s.kind, "lower": s.lower, "upper": s.upper} for s in specs
-        ],
+        "columns": [_column(s) for s in specs],
         "epsilon": str(plan.epsilon),
         "neighbouring_relation": plan.relation,
         "allocation": plan.allocation,
     }
+
+
+def _column(s: ColumnSpec) -> dict[str, Any]:
+    """A column's identity: name, type and bounds, and (issue 25, only when set, so that states
+    of numeric columns made before continue) levels, other, nullable and time zone."""
+    out: dict[str, Any] = {"name": s.name, "type": s.kind, "lower": s.lower, "upper": s.upper}
+    extra = {"levels": list(s.levels or ()), "other": s.other, "nullable": s.nullable}
+    out.update({k: v for k, v in {**extra, "timezone": s.timezone}.items() if v})
+    return out
 
 
 def _difference(stored: dict[str, Any], current: dict[str, Any]) -> str | None:
@@ -69,6 +76,9 @@ def _difference(stored: dict[str, Any], current: dict[str, Any]) -> str | None:
             return f"column '{x['name']}' was {x['type']} there, {y['type']} here"
         if (x["lower"], x["upper"]) != (y["lower"], y["upper"]):
             return f"the bounds of column '{x['name']}' differ from the state's"
+        for key in ("levels", "other", "nullable", "timezone"):
+            if x.get(key) != y.get(key):
+                return f"the {key} of column '{x['name']}' differ from the state's"
     if stored["epsilon"] != current["epsilon"]:
         return f"it was made with --eps {float(Fraction(stored['epsilon'])):g}"
     if stored["neighbouring_relation"] != current["neighbouring_relation"]:

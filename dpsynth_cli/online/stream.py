@@ -20,9 +20,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dpsynth_cli.domain import ColumnSpec, Domain, column_values, is_text, table_codes
+from dpsynth_cli.domain import ColumnSpec, column_values, is_text, table_codes
 from dpsynth_cli.errors import DataError, UsageError
 from dpsynth_cli.io import InputSource
+from dpsynth_cli.online.cube import StreamCube
+from dpsynth_cli.online.timeline import Timeline, TimelineBuilder
 
 SORTED_IN_MEMORY = (
     "the input is not sorted by --order-by: it was read whole and sorted in memory; an input "
@@ -32,15 +34,18 @@ SORTED_IN_MEMORY = (
 
 @dataclass
 class RowStream:
-    """One pass over the rows in stream order (float64 batches in [0,1]^d, NaN where a value is
-    missing) and their number `rows` (public: the length of the timeline)."""
+    """One pass over the rows in stream order (float64 batches of the cube [0,1]^d, `cube`; NaN
+    where a value is missing) and their number `rows` (public: the length of the timeline)."""
 
     rows: int
     batches: Iterable[np.ndarray]
     sorted_in_memory: bool = False
+    timeline: Timeline | None = None  # the --order-by times, for checkpoints by time
 
 
-def from_table(table: pa.Table, specs: list[ColumnSpec], order_by: str | None) -> RowStream:
+def from_table(
+    table: pa.Table, specs: list[ColumnSpec], order_by: str | None, timeline: bool = False
+) -> RowStream:
     """A table in memory, sorted by `order_by` (a stable sort: ties keep the file's order).
 
     The column is the public timeline (PRIVACY_MODEL), so its values may decide things: text (a
@@ -53,19 +58,31 @@ def from_table(table: pa.Table, specs: list[ColumnSpec], order_by: str | None) -
         key = _order_key(table.column(order_by))
         _check_times(key, order_by)
         table = table.take(pc.sort_indices(key))
-    return RowStream(table.num_rows, [_unit(table, specs)])
+    times = None
+    if timeline and order_by is not None:
+        builder = TimelineBuilder(order_by)
+        builder.add(table.column(order_by))
+        times = builder.build()
+    return RowStream(table.num_rows, [_unit(table, specs)], timeline=times)
 
 
-def open_stream(source: InputSource, specs: list[ColumnSpec], order_by: str | None) -> RowStream:
+def open_stream(
+    source: InputSource, specs: list[ColumnSpec], order_by: str | None, timeline: bool = False
+) -> RowStream:
     """`source`'s rows in stream order: streamed when the file is in that order, else sorted in
-    memory (`sorted_in_memory` is then set, for a notice)."""
+    memory (`sorted_in_memory` is then set, for a notice). With `timeline`, also the --order-by
+    column's times (`timeline.Timeline`, for checkpoints by time)."""
+    builder = TimelineBuilder(order_by) if timeline and order_by is not None else None
     if order_by is None and source.num_rows is not None:
         rows, in_order = source.num_rows, True  # Parquet metadata
     else:
-        rows, in_order = _scan(source, order_by or source.schema.names[0], order_by is not None)
+        column = order_by or source.schema.names[0]
+        rows, in_order = _scan(source, column, order_by is not None, builder)
     if not in_order:
-        return replace(from_table(source.read_all(), specs, order_by), sorted_in_memory=True)
-    return RowStream(rows, _exactly(rows, (_unit(b, specs) for b in source.batches()), source.name))
+        table = source.read_all()
+        return replace(from_table(table, specs, order_by, timeline), sorted_in_memory=True)
+    batches = _exactly(rows, (_unit(b, specs) for b in source.batches()), source.name)
+    return RowStream(rows, batches, timeline=builder.build() if builder else None)
 
 
 def _exactly(rows: int, batches: Iterator[np.ndarray], name: str) -> Iterator[np.ndarray]:
@@ -80,10 +97,11 @@ def _exactly(rows: int, batches: Iterator[np.ndarray], name: str) -> Iterator[np
 
 
 def _unit(table: pa.Table | pa.RecordBatch, specs: list[ColumnSpec]) -> np.ndarray:
+    """The rows as points of the engine's cube (`cube.StreamCube`: levels first)."""
     values = np.empty((table.num_rows, len(specs)))
     for j, s in enumerate(specs):
         values[:, j] = table_codes(table, s)
-    return Domain(tuple(specs)).to_unit(values)
+    return StreamCube(tuple(specs)).to_cube(values)
 
 
 def _order_key(column: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
@@ -101,7 +119,9 @@ def _check_times(key: pa.ChunkedArray | pa.Array, order_by: str) -> None:
         )
 
 
-def _scan(source: InputSource, column: str, is_time: bool) -> tuple[int, bool]:
+def _scan(
+    source: InputSource, column: str, is_time: bool, builder: TimelineBuilder | None = None
+) -> tuple[int, bool]:
     """One pass over `column` alone: the number of rows and, if it is the --order-by column,
     whether it never decreases in file order under `from_table`'s ordering (text: as numbers
     when every value is one, else as text). Raises `from_table`'s error for a missing time."""
@@ -113,6 +133,8 @@ def _scan(source: InputSource, column: str, is_time: bool) -> tuple[int, bool]:
         key = batch.column(0)
         _check_times(key, column)
         as_given.add(key)  # in the column's own type (text: as text)
+        if builder is not None and as_given.ok:  # out of order: `from_table` builds it
+            builder.add(key)
         if is_text(key.type) and as_numbers.ok is not None:
             numbers = column_values(key)
             if np.isnan(numbers).any():
