@@ -213,18 +213,13 @@ def online_replay(
     once, however many calls continue it). Returns the files written (releases, then the
     report) and the report dict.
     """
-    from dpsynth_cli.online import ReplayOptions
     from dpsynth_cli.online.replay import check_dirs
     from dpsynth_cli.online_cli import vacuous_notice
     from dpsynth_cli.privacy.ledger import check_epsilon
 
     declared = _declare(columns, schema, bounds, integer)
-    if declared.names is None:
-        raise UsageError(
-            "online-replay needs declared columns with bounds: --schema, or --bounds "
-            "COL=LOWER:UPPER for each column"
-        )
-    options = ReplayOptions(
+    options = runs.replay_options(
+        declared,
         eps,
         order_by=order_by,
         checkpoints=checkpoints,

@@ -20,7 +20,7 @@ from dpsynth_cli import options as opt
 from dpsynth_cli.console import Feedback
 from dpsynth_cli.domain import declare_columns
 from dpsynth_cli.errors import UsageError
-from dpsynth_cli.online import PRIVACY_MODEL, ReplayOptions
+from dpsynth_cli.online import PRIVACY_MODEL
 from dpsynth_cli.online.params import ALLOCATIONS
 from dpsynth_cli.online.replay import REPORT_NAME, check_dirs
 from dpsynth_cli.privacy.ledger import check_epsilon
@@ -200,12 +200,8 @@ def online_replay(
     """
     feedback = Feedback(quiet)
     declared = declare_columns(columns, schema, bounds, integer)
-    if declared.names is None:
-        raise UsageError(
-            "online-replay needs declared columns with bounds: --schema, or --bounds "
-            "COL=LOWER:UPPER for each column"
-        )
-    options = ReplayOptions(
+    options = runs.replay_options(
+        declared,
         eps,
         order_by=order_by,
         checkpoints=checkpoints,

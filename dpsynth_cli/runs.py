@@ -198,6 +198,20 @@ def compare_tables(
     return result, specs, names
 
 
+def replay_options(declared: Declared, eps: float, **flags: Any) -> Any:
+    """online-replay's options (`online.ReplayOptions`) from its flags; every column must be
+    declared with bounds (a stream's releases cannot spend on estimating them)."""
+    from dpsynth_cli.errors import UsageError
+    from dpsynth_cli.online import ReplayOptions
+
+    if declared.names is None:
+        raise UsageError(
+            "online-replay needs declared columns with bounds: --schema, or --bounds "
+            "COL=LOWER:UPPER for each column"
+        )
+    return ReplayOptions(eps, **flags)
+
+
 def replay_opened(
     read: io.InputSource,
     typed: bool,
