@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from dpsynth_cli import budget as budget_file
 from dpsynth_cli import io, runs
-from dpsynth_cli.domain import Declared, Domain, InlineSchema, declare_columns
+from dpsynth_cli.domain import Declared, InlineSchema, declare_columns
 from dpsynth_cli.errors import UsageError
 from dpsynth_cli.report import NOT_FOR_RELEASE
 
@@ -136,8 +136,7 @@ def principal_components(
     `--units`. Returns the components table that `dpsynth pca` writes (one row per component)
     and its report.
     """
-    from dpsynth_cli.pca import run_pca, validate
-    from dpsynth_cli.pca_cli import _check_bounds, _check_units, _release_in_units, _unit_rows
+    from dpsynth_cli.pca_cli import _check_units
     from dpsynth_cli.privacy.ledger import check_epsilon
 
     declared = _declare(columns, schema, bounds, None)
@@ -147,29 +146,23 @@ def principal_components(
     _seed_warning(seed)
     spend = _guard(budget, dataset, data, "pca", eps, delta)
     with _opened(data, declared.names, input_format) as (read, typed):
-        choice = declared.resolve(
-            read.schema, typed=typed, all_columns=read.all_columns, numbers_only="pca"
+        table, result, choice, extra = runs.pca_opened(
+            read,
+            typed,
+            declared,
+            runs.random_source(seed),
+            spend=spend,
+            units=units,
+            k=k,
+            method=method,
+            epsilon=eps,
+            delta=delta,
+            relation=neighboring,
+            row_norm=row_norm,
         )
-        specs = choice.specs
-        _check_bounds(specs)
-        validate(k, len(specs), method, eps, delta, row_norm)
-        domain = Domain(tuple(specs))
-        spend.charge()
-        X = _unit_rows(read, specs, domain)
-    result = run_pca(
-        X,
-        k=k,
-        method=method,
-        epsilon=eps,
-        delta=delta,
-        relation=neighboring,
-        source=runs.random_source(seed),
-        row_norm=row_norm,
-    )
-    del X
     for notice in result.notices:
         _notice(notice)
-    table, extra = _release_in_units(result, units, domain, specs)
+    specs = choice.specs
     public = runs.pca_report(
         result,
         extra,

@@ -24,7 +24,7 @@ from dpsynth_cli.domain import (
     value_matrix,
 )
 from dpsynth_cli.errors import UsageError
-from dpsynth_cli.pca import METHODS, run_pca, validate
+from dpsynth_cli.pca import METHODS
 from dpsynth_cli.pca.units import COVARIANCE_METHODS, UNITS, original_units
 from dpsynth_cli.privacy.ledger import check_epsilon
 from dpsynth_cli.privacy.noise import RandomSource
@@ -154,33 +154,24 @@ def pca(
             delimiter=io.delimiter_flag(delimiter),
         )
     with read:
-        typed = in_fmt == "parquet"
-        choice = declared.resolve(
-            read.schema, typed=typed, all_columns=read.all_columns, numbers_only="pca"
-        )
-        specs = choice.specs
-        _check_bounds(specs)
-        validate(k, len(specs), method, eps, delta, row_norm)  # before any pass over rows
-        domain = Domain(tuple(specs))
-        spend.charge()  # on disk before any row is read (exit 3 past the total)
-        with feedback.step("reading rows"):
-            X = _unit_rows(read, specs, domain)
-    source = RandomSource.seeded(seed) if seed is not None else RandomSource.secure()
-    with feedback.step("releasing components"):
-        result = run_pca(
-            X,
+        table, result, choice, extra = runs.pca_opened(
+            read,
+            in_fmt == "parquet",
+            declared,
+            RandomSource.seeded(seed) if seed is not None else RandomSource.secure(),
+            spend=spend,
+            units=units,
+            step=feedback.step,
             k=k,
             method=method,
             epsilon=eps,
             delta=delta,
             relation=neighboring,
-            source=source,
             row_norm=row_norm,
         )
-    del X
     for notice in result.notices:
         feedback.notice(notice)
-    table, extra = _release_in_units(result, units, domain, specs)
+    specs = choice.specs
     public = runs.pca_report(
         result,
         extra,

@@ -198,6 +198,45 @@ def compare_tables(
     return result, specs, names
 
 
+def pca_opened(
+    read: io.InputSource,
+    typed: bool,
+    declared: Declared,
+    source: RandomSource,
+    *,
+    spend: Any,
+    units: str,
+    step: Callable[[str], contextlib.AbstractContextManager[None]] | None = None,
+    **request: Any,
+) -> tuple[pa.Table, Any, ColumnChoice, dict[str, Any]]:
+    """pca on an opened input (the command and `api.principal_components`): numeric columns
+    with bounds from declarations, the request (`k`, `method`, `epsilon`, `delta`, `relation`,
+    `row_norm`) checked and the spend recorded before any row is read, the components released
+    and tabled in `units`. Returns the table, the result, the chosen columns and the report's
+    units block."""
+    from dpsynth_cli.domain import Domain
+    from dpsynth_cli.pca import run_pca, validate
+    from dpsynth_cli.pca_cli import _check_bounds, _release_in_units, _unit_rows
+
+    step = step or (lambda _what: contextlib.nullcontext())
+    choice = declared.resolve(
+        read.schema, typed=typed, all_columns=read.all_columns, numbers_only="pca"
+    )
+    specs = choice.specs
+    _check_bounds(specs)
+    r = request
+    validate(r["k"], len(specs), r["method"], r["epsilon"], r["delta"], r["row_norm"])
+    domain = Domain(tuple(specs))
+    spend.charge()  # on disk before any row is read (exit 3 past the total)
+    with step("reading rows"):
+        X = _unit_rows(read, specs, domain)
+    with step("releasing components"):
+        result = run_pca(X, source=source, **request)
+    del X
+    table, units_block = _release_in_units(result, units, domain, specs)
+    return table, result, choice, units_block
+
+
 def replay_options(declared: Declared, eps: float, **flags: Any) -> Any:
     """online-replay's options (`online.ReplayOptions`) from its flags; every column must be
     declared with bounds (a stream's releases cannot spend on estimating them)."""

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpsynth_cli import pca_cli
+from dpsynth_cli import pca as pca_module
 from dpsynth_cli.cli import app
 from tests.conftest import SECRET
 
@@ -146,9 +146,9 @@ def test_one_row_changes_nothing_outside_the_release(runner, tmp_path, monkeypat
     the same fixed rows on both sides (and the same seed): output bytes, report, messages and
     exit status must be equal, so no column, type or error depends on a value (also with
     --row-norm, where the odd row lies far outside the ball, and --units original)."""
-    real = pca_cli.run_pca
+    real = pca_module.run_pca
     fixed = np.random.default_rng(0).random((500, 3))
-    monkeypatch.setattr(pca_cli, "run_pca", lambda X, **kw: real(fixed, **kw))
+    monkeypatch.setattr(pca_module, "run_pca", lambda X, **kw: real(fixed, **kw))
     base = tmp_path / "base.csv"
     base.write_text("a,b,c\n1,0.2,3\n4,0.9,-1\n")
     plus = tmp_path / "plus.csv"
