@@ -44,6 +44,7 @@ from fractions import Fraction
 from typing import Any
 
 from dpsynth_cli.errors import PrivacyRefusal, UsageError
+from dpsynth_cli.io import fsync_dir
 
 ENV = "DPSYNTH_BUDGET"
 OFF = ("off", "none")  # DPSYNTH_BUDGET=off: no budget file (like --no-budget)
@@ -214,11 +215,7 @@ class BudgetFile:
                     f"cannot write budget file {self.path}: {exc.strerror}"
                 ) from None
             raise
-        dfd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        fsync_dir(directory)
 
     def read(self) -> dict[str, Entry]:
         """The datasets as they are now (under the lock, unchanged)."""

@@ -1693,7 +1693,7 @@ def atomic_output(path: str, *, private: bool = False) -> Iterator[BinaryIO]:
         if isinstance(exc, OSError):
             raise DataError(f"cannot write {path}: {_reason(exc)}") from None
         raise
-    _fsync_dir(directory)
+    fsync_dir(directory)
 
 
 def _temp_prefix(target: str) -> str:
@@ -1730,7 +1730,8 @@ def process_alive(pid: int) -> bool:
     return True
 
 
-def _fsync_dir(directory: str) -> None:
+def fsync_dir(directory: str) -> None:
+    """Make a rename inside `directory` durable (best effort: some filesystems refuse)."""
     with contextlib.suppress(OSError):
         dfd = os.open(directory, os.O_RDONLY)
         try:
@@ -1757,7 +1758,7 @@ def move_file(src: str, dst: str) -> None:
         if exc.errno != errno.EXDEV:
             raise
     else:
-        _fsync_dir(os.path.dirname(os.path.abspath(dst)))
+        fsync_dir(os.path.dirname(os.path.abspath(dst)))
         return
     target = os.path.abspath(dst)
     directory = os.path.dirname(target)
@@ -1778,7 +1779,7 @@ def move_file(src: str, dst: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    _fsync_dir(directory)
+    fsync_dir(directory)
     os.unlink(src)
 
 
@@ -2293,7 +2294,7 @@ def atomic_directory(path: str, *, input_path: str | None = None) -> Iterator[st
         if isinstance(exc, OSError):
             raise DataError(f"cannot write {path}: {_reason(exc)}") from None
         raise
-    _fsync_dir(directory)
+    fsync_dir(directory)
 
 
 def _umask() -> int:

@@ -34,7 +34,7 @@ import numpy as np
 
 from dpsynth_cli.domain import ColumnSpec
 from dpsynth_cli.errors import DataError, PrivacyRefusal, UsageError
-from dpsynth_cli.io import process_alive
+from dpsynth_cli.io import fsync_dir, process_alive
 from dpsynth_cli.online.counters import CounterBank
 from dpsynth_cli.online.engine import OnlineEngine
 from dpsynth_cli.online.params import OnlinePlan
@@ -150,11 +150,7 @@ def write_secret(path: str, write: Callable[[BinaryIO], None]) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    dfd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    fsync_dir(directory)
 
 
 def save(state_dir: str, engine: OnlineEngine, meta: dict[str, Any]) -> None:
