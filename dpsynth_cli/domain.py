@@ -690,6 +690,8 @@ class Domain:
         column, all split first (`partition`, "Level columns first"), then the other columns
         in their order, a missing value at 0 (a public constant)."""
         unit = self.to_unit(values)
+        if not self.level_columns and not self.nullable_continuous:
+            return unit  # the columns in their order: no copy
         flags = []
         for j in self.nullable_continuous:
             missing = values[:, j] > self.columns[j].upper

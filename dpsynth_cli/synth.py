@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from dpsynth_cli.constraints import Constraint, choose, describe
 from dpsynth_cli.domain import ColumnSpec, Domain, bounds_flag, value_matrix
-from dpsynth_cli.engine.rows import BatchesSource, Rows, as_rows
+from dpsynth_cli.engine.rows import BatchesSource, Rows, Spill, SpillSource, as_rows
 from dpsynth_cli.errors import DataError, UsageError
 from dpsynth_cli.mechanisms import hierarchy, lowdim, pairs, pmm, privtree, psmm, select
 from dpsynth_cli.mechanisms.attributes import attributes
@@ -233,6 +233,10 @@ class CountAndBounds:
     columns: tuple[int, ...]
     domain: Domain | None = None
     mechanisms: tuple[str, ...] = ()
+    # The rows as the later passes read them (the cube with `domain`, else the value rows),
+    # written once so that those passes need not read and parse the input again.
+    spill: Spill | None = None
+    streamed: bool = False  # a local pass over streamed input: `ahead` may spill its codes
     n: int = 0
     fine: dict[int, np.ndarray] = field(init=False)
     ahead: tuple[Any, ...] = field(init=False, default=())
@@ -244,7 +248,9 @@ class CountAndBounds:
             facts = (dom.cube_dim, dom.lead_bits(), dom.cube_codes(), dom.cube_flags())
             missing = dom.cube_coded_missing()
             made = {
-                "privtree": lambda: privtree.FirstHistogram(dom.cube_dim, dom.lead_bits()),
+                "privtree": lambda: privtree.FirstHistogram(
+                    dom.cube_dim, dom.lead_bits(), self.streamed
+                ),
                 "marginals": lambda: pairs.PairCounts(attributes(*facts, missing)),
             }
             self.ahead = tuple(made[m]() for m in self.mechanisms)
@@ -253,10 +259,16 @@ class CountAndBounds:
         self.n += X.shape[0]
         for j in self.columns:
             self.fine[j] += histograms(X[:, j])
-        if self.ahead:
-            cube = self.domain.to_cube(X)
-            for statistic in self.ahead:
-                statistic.add(cube)
+        if self.domain is not None:
+            X = self.domain.to_cube(X)
+        for statistic in self.ahead:
+            statistic.add(X)
+        if self.spill is not None:
+            self.spill.add(X)
+
+    def spills(self) -> list[Spill]:
+        """The spill files the statistics wrote (closed with the run)."""
+        return [a.codes for a in self.ahead if getattr(a, "codes", None) is not None]
 
     def merge(self, other: CountAndBounds) -> CountAndBounds:
         self.n += other.n
@@ -279,7 +291,29 @@ def synthesize(
     """Run the whole private pipeline: a first pass (row count, histograms for DP bounds), then
     the mechanism's own passes over the rows rescaled to [0,1]^d. `rows`, if given, are the
     complete value rows already (e.g. from `engine.dask`); `data` is then not read. The output
-    obeys the declared `constraints` whose columns are chosen (`mechanisms.conditioned`)."""
+    obeys the declared `constraints` whose columns are chosen (`mechanisms.conditioned`).
+
+    Streamed input is read once: the first pass spills what the later passes read (`Spill`:
+    the cube rows, or PrivTree's cell codes), and the files go when the release is made."""
+    streamed = rows is None and not isinstance(data, pa.Table)
+    spills: list[Spill] = []
+    try:
+        return _synthesize(data, specs, options, source, rows, constraints, streamed, spills)
+    finally:
+        for spill in spills:
+            spill.close()
+
+
+def _synthesize(
+    data: TableData,
+    specs: list[ColumnSpec],
+    options: SynthOptions,
+    source: RandomSource,
+    rows: Rows | None,
+    constraints: Sequence[Constraint],
+    streamed: bool,
+    spills: list[Spill],
+) -> SynthResult:
     budget = plan_budget(options, specs)
     constraints, left_out = choose(constraints, specs)  # usage errors before any pass
     ledger = Ledger(budget.total, options.relation)
@@ -291,16 +325,31 @@ def synthesize(
     if dim is None and others:  # decided from the declarations, before any pass
         dim, fallback = 0, lowdim.fallback_block(lowdim.mixed_reason(others), lowdim.BEFORE)
     # The statistics of the mechanisms that may run on these rows ride on the first pass.
-    ahead = FIRST_PASS.get(options.mechanism, ()) if dim == 0 and not undeclared else ()
+    declared = None if undeclared else Domain(tuple(specs))
+    ahead = FIRST_PASS.get(options.mechanism, ()) if dim == 0 and declared else ()
+    if ahead and options.mechanism == "auto":  # only what auto may pick from these columns
+        cube, levels = declared.cube_dim, bool(declared.lead_bits())
+        may = select.candidates(cube, levels, cube - len(declared.cube_flags()))
+        ahead = tuple(m for m in ahead if m in may)
     if len(specs) > pairs.MAX_COLUMNS:
         ahead = tuple(m for m in ahead if m != "marginals")
-    declared = Domain(tuple(specs)) if ahead else None
-    first = raw.collect(partial(CountAndBounds, undeclared, declared, ahead))
+    # Streamed rows that a later pass will read go to a spill (`ahead` spills its own codes).
+    spill = None
+    if streamed and (dim != 0 or undeclared or declared.lead_bits() or not ahead):
+        spill = Spill()
+    made = partial(CountAndBounds, undeclared, declared, ahead, spill, streamed)
+    first = raw.collect(made)
+    spills += [spill, *first.spills()] if spill else first.spills()
     specs, notices = _complete_bounds(first.fine, specs, budget, source, ledger)
     domain = Domain(tuple(specs))
     # The mechanisms' cube: level columns first, split first (`partition`); mapped back below.
     lead = domain.lead_bits()
-    X = raw.map(domain.to_cube, domain.cube_dim)
+    if spill is None or not spill.ok:
+        X = raw.map(domain.to_cube, domain.cube_dim)
+    elif first.domain is not None:  # the spill holds the cube rows
+        X = Rows(SpillSource(spill), domain.cube_dim)
+    else:  # the spill holds the value rows (bounds were estimated after it)
+        X = Rows(SpillSource(spill), len(specs)).map(domain.to_cube, domain.cube_dim)
     X = replace(
         X,
         ahead=first.ahead,

@@ -14,9 +14,10 @@ record batches read from files (`engine.local`), or Dask partitions (`engine.das
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import IO, Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -119,3 +120,75 @@ def as_rows(X: Rows | np.ndarray) -> Rows:
         return X
     X = np.asarray(X, dtype=np.float64)
     return Rows(MatrixSource(X), X.shape[1])
+
+
+SPILL_BATCH_BYTES = 1 << 24  # what a pass over a spill reads at a time (16 MiB)
+
+
+class Spill:
+    """Rows written once by the first pass, read back by later passes instead of the input.
+
+    The input is parsed, checked, rescaled and encoded once (issue 27): a later pass reads the
+    rows (cube coordinates, or PrivTree's cell codes) from here at the speed of the page cache.
+    The file is unnamed (`TemporaryFile`: O_TMPFILE, or unlinked at once), so the rows never
+    have a name in the file system and go with the process, however it ends. Not mergeable: a
+    spill belongs to one local pass (Dask workers re-read their partitions). A failed write (a
+    full disk) drops the spill and the later passes read the input again, so the outcome never
+    depends on how much was written.
+    """
+
+    def __init__(self, dtype: type = np.float64) -> None:
+        self.dtype = np.dtype(dtype)
+        self.shape: tuple[int, ...] = ()  # of one row: () for a value per row, else (d,)
+        self.rows = 0
+        self.file: IO[bytes] | None = tempfile.TemporaryFile(prefix="dpsynth-")
+
+    def add(self, X: np.ndarray) -> None:
+        if self.file is None:
+            return
+        if self.rows == 0:
+            self.shape = X.shape[1:]
+        try:
+            np.ascontiguousarray(X, dtype=self.dtype).tofile(self.file)
+        except OSError:
+            self.close()
+            return
+        self.rows += X.shape[0]
+
+    def merge(self, other: Spill) -> Spill:
+        raise TypeError("a spill is written by one local pass and does not merge")
+
+    @property
+    def ok(self) -> bool:
+        """Whether every row written is here (no write failed, not closed)."""
+        return self.file is not None
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+    def batches(self) -> Iterator[np.ndarray]:
+        """The rows as written, in batches of about SPILL_BATCH_BYTES."""
+        if self.file is None:
+            raise RuntimeError("the spill is closed")
+        width = int(np.prod(self.shape, dtype=np.int64))
+        step = max(1, SPILL_BATCH_BYTES // (self.dtype.itemsize * max(width, 1)))
+        self.file.flush()
+        self.file.seek(0)
+        for lo in range(0, self.rows, step):
+            m = min(step, self.rows - lo)
+            yield np.fromfile(self.file, dtype=self.dtype, count=m * width).reshape(m, *self.shape)
+
+
+@dataclass(frozen=True)
+class SpillSource:
+    """Passes over a `Spill` of rows (m, d)."""
+
+    spill: Spill
+
+    def collect(self, make: Callable[[], A], transform: Transform) -> A:
+        acc = make()
+        for X in self.spill.batches():
+            acc.add(transform(X))
+        return acc

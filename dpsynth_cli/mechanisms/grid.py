@@ -69,7 +69,8 @@ def placer(units: np.ndarray, d: int, how: str = "linear") -> Place:
         if how == "centre":
             pts = np.repeat(lower[cells] + 0.5 / k, counts, axis=0)
         else:
-            pts = placement.place_in_boxes(lower[cells], width[cells], slopes[cells], counts, rng)
+            box = [np.take(a, cells, axis=0) for a in (lower, width, slopes)]
+            pts = placement.place_in_boxes(*box, counts, rng)
         return placement.uniform_columns(placement.shuffled(pts, rng), d, rng)
 
     return place

@@ -305,9 +305,9 @@ class SubtreeCounts:
             self._slot = np.full(1 << (self.top - shift), -1, dtype=np.int32)
             self._slot[prefix[starts]] = np.arange(starts.size, dtype=np.int32)
             self._runs = np.r_[starts, prefix.size]  # run i: roots[_runs[i]:_runs[i + 1]]
-        run = self._slot[cells >> shift].astype(np.int64)
-        if not shift:  # one root per ancestor: the ancestor is the cell
-            return np.where(run >= 0, self._runs[np.maximum(run, 0)], -1)
+        run = np.take(self._slot, cells >> shift).astype(np.int64)
+        if not shift:  # one root per ancestor, so run i is root i (-1: no root)
+            return run
         pos = np.full(cells.size, -1, dtype=np.int64)
         have = np.flatnonzero(run >= 0)
         lo, end = self._runs[run[have]], self._runs[run[have] + 1]
@@ -331,13 +331,22 @@ class SubtreeCounts:
         return pos
 
     def add(self, X: np.ndarray) -> None:
-        codes = leaf_codes(X, self.top + self.k, self.lead)
+        self.add_codes(leaf_codes(X, self.top + self.k, self.lead))
+
+    def add_codes(self, codes: np.ndarray) -> np.ndarray | None:
+        """Count rows given by their cells at level top + k; returns which lie inside the roots
+        (None: all of them)."""
+        inside = None
         if self.roots.size == 1 << self.top:  # every cell of the level: codes are the keys
             keys = codes
         else:
             pos = self._positions(codes >> self.k)
             inside = pos >= 0
             keys = (pos[inside] << self.k) | (codes[inside] & ((1 << self.k) - 1))
+        self._count(keys)
+        return inside
+
+    def _count(self, keys: np.ndarray) -> None:
         if self._dense is not None or keys.size > self.DENSE_FILL * self.size:
             if self._dense is None:
                 self._dense = np.zeros(self.size, dtype=np.int64)

@@ -112,7 +112,7 @@ from typing import Any
 
 import numpy as np
 
-from dpsynth_cli.engine.rows import Rows, as_rows
+from dpsynth_cli.engine.rows import BatchesSource, Rows, Spill, SpillSource, as_rows
 from dpsynth_cli.mechanisms import marginals, partition, placement
 from dpsynth_cli.mechanisms.base import (
     MechanismRun,
@@ -329,23 +329,60 @@ def biased_counts(counts: np.ndarray, step: int, pt: PrivTreePlan) -> np.ndarray
     return np.maximum(counts - step * pt.bias, clamp_floor(pt))
 
 
+class CodedCounts:
+    """A pass's node counts (`partition.SubtreeCounts`) fed with each row's cell at the deepest
+    level any plan reaches (`deep`), which it also writes to a spill when they lie inside its
+    roots: the next pass reads those codes instead of the rows (the nodes still splitting lie
+    inside the roots). The counts are the same integers as from the rows. Local passes only."""
+
+    def __init__(self, counts: partition.SubtreeCounts, deep: int) -> None:
+        self.counts, self.deep = counts, deep
+        self.spill = Spill(np.int64)
+
+    def add(self, X: np.ndarray) -> None:
+        self.add_codes(partition.leaf_codes(X, self.deep, self.counts.lead))
+
+    def add_codes(self, codes: np.ndarray) -> None:
+        h = self.counts
+        inside = h.add_codes(codes >> (self.deep - h.top - h.k))
+        self.spill.add(codes if inside is None else codes[inside])
+
+    def merge(self, other: CodedCounts) -> CodedCounts:
+        raise TypeError("spilled codes belong to one local pass and do not merge")
+
+
+def deepest(d: int, lead: partition.Lead) -> int:
+    """The deepest level any plan can reach (`plan`'s D is at most this)."""
+    return partition.depth_limit(d, lead, MAX_DEPTH)
+
+
 @dataclass
 class FirstHistogram:
     """The rows per cell at level PASS_BITS of the whole cube: every count NodeCounts' first
     pass needs (whatever the plan: levels start..min(D, PASS_BITS) of every cell), so synth can
-    accumulate it in its first pass, before the noisy count fixes the plan (`Rows.ahead`)."""
+    accumulate it in its first pass, before the noisy count fixes the plan (`Rows.ahead`).
+    With `spill` (a local pass over streamed input) the cell codes go to a spill as well
+    (`CodedCounts`): no later pass reads, parses or encodes the input (issue 27)."""
 
     d: int
     lead: partition.Lead = ()
+    spill: bool = False
     counts: partition.SubtreeCounts | None = field(init=False)
+    coded: CodedCounts | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         roots = np.zeros(1, dtype=np.int64)
         k = partition.depth_limit(self.d, self.lead, PASS_BITS)
         self.counts = partition.SubtreeCounts(roots, 0, k, self.d, self.lead)
+        if self.spill:
+            self.coded = CodedCounts(self.counts, deepest(self.d, self.lead))
+
+    @property
+    def codes(self) -> Spill | None:
+        return None if self.coded is None else self.coded.spill
 
     def add(self, X: np.ndarray) -> None:
-        self.counts.add(X)
+        (self.coded or self.counts).add(X)
 
     def merge(self, other: FirstHistogram) -> FirstHistogram:
         self.counts.merge(other.counts)
@@ -356,6 +393,8 @@ class FirstHistogram:
         counts, self.counts = self.counts, None
         if counts is None:
             raise RuntimeError("FirstHistogram was already used")
+        if self.coded is not None:  # its spill stays for the next pass
+            self.coded.counts = None
         return counts
 
 
@@ -369,12 +408,19 @@ class NodeCounts:
     take more passes only where nodes keep splitting. The counts are exactly the rows in each
     node, so the release has the same law (and, seeded, the same values) as counting sorted
     depth-D codes in memory; the number of passes depends only on the released split decisions.
+
+    On streamed rows (a local pass), a pass that may have a successor also spills the cell codes
+    inside its roots (`CodedCounts`), and the next pass reads those instead of the rows: the
+    rows are read and encoded once, and each pass reads fewer codes than the one before.
     """
 
     def __init__(self, rows: Rows, max_depth: int) -> None:
         self.rows = rows
         self.max_depth = max_depth
         self.hist: partition.SubtreeCounts | None = None
+        self.codes: Spill | None = None  # the previous pass's codes, if it spilled them
+        self.deep = deepest(rows.d, rows.lead)
+        self.local = isinstance(rows.source, (BatchesSource, SpillSource))
 
     def __call__(self, cells: np.ndarray, level: int) -> np.ndarray:
         h = self.hist
@@ -383,13 +429,40 @@ class NodeCounts:
             # The first pass asks for every cell at the start level down to level
             # min(D, PASS_BITS): the whole-cube histogram at PASS_BITS answers the same counts.
             self.hist = h = first.take()
+            self._keep(first.codes)
         if h is None or level > h.top + h.k:
             room = PASS_BITS - max(int(cells.size - 1).bit_length(), 0)
             k = max(1, min(self.max_depth - level, room)) if level < self.max_depth else 0
             rows = self.rows
             make = partial(partition.SubtreeCounts, np.sort(cells), level, k, rows.d, rows.lead)
-            self.hist = h = self.rows.collect(make)
+            if self.codes is not None:
+                coded = CodedCounts(make(), self.deep)
+                for codes in self.codes.batches():
+                    coded.add_codes(codes)
+                self._keep(coded.spill)
+                h = coded.counts
+            elif self.local and level + k < self.max_depth <= self.deep:
+                coded = self.rows.collect(lambda: CodedCounts(make(), self.deep))
+                self._keep(coded.spill)
+                h = coded.counts
+            else:
+                h = self.rows.collect(make)
+            self.hist = h
         return h.counts(cells, level)
+
+    def _keep(self, spill: Spill | None) -> None:
+        """The codes the next pass reads: the newest complete spill, the old one dropped."""
+        self.close()
+        if spill is not None and spill.ok and self.max_depth <= self.deep:
+            self.codes = spill
+        elif spill is not None:
+            spill.close()
+
+    def close(self) -> None:
+        """Drop the spilled codes (the tree is grown, or a newer pass spilled)."""
+        if self.codes is not None:
+            self.codes.close()
+            self.codes = None
 
 
 def grow(
@@ -426,6 +499,7 @@ def grow(
         active = np.stack([2 * parents, 2 * parents + 1], axis=1).reshape(-1)
         if active.size == 0:
             break
+    counter.close()
     return np.concatenate(leaf_codes), np.concatenate(leaf_levels), np.concatenate(leaf_counts)
 
 
@@ -572,7 +646,7 @@ def placer(
     slopes = leaf_slopes(leaves, levels, sizes, lower, width, pt.max_depth, pt.lead)
 
     def place(cells: np.ndarray, counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        box = (lower[cells], width[cells], slopes[cells])
+        box = [np.take(a, cells, axis=0) for a in (lower, width, slopes)]  # faster than a[cells]
         points = placement.place_in_boxes(*box, counts, rng, shapes)
         return placement.uniform_columns(placement.shuffled(points, rng), pt.d, rng)
 

@@ -107,6 +107,14 @@ def choose(
     return "privtree" if scale >= PRIVTREE_FROM.get(d, PRIVTREE_FROM_DEFAULT) else "hierarchy"
 
 
+def candidates(d: int, levels: bool, columns: int) -> tuple[str, ...]:
+    """The mechanisms with first-pass statistics that `choose` may pick for these public facts,
+    whatever the noisy count (synth takes only their statistics with the row count)."""
+    wide = MARGINALS_FROM_COLUMNS <= columns <= pairs.MAX_COLUMNS
+    tree = levels or PRIVTREE_FROM.get(d, PRIVTREE_FROM_DEFAULT) != float("inf")
+    return ("marginals",) * wide + ("privtree",) * tree
+
+
 def run(
     X: Rows | np.ndarray,
     *,
