@@ -295,10 +295,9 @@ def synthesize(
 
     Streamed input is read once: the first pass spills what the later passes read (`Spill`:
     the cube rows, or PrivTree's cell codes), and the files go when the release is made."""
-    streamed = rows is None and not isinstance(data, pa.Table)
     spills: list[Spill] = []
     try:
-        return _synthesize(data, specs, options, source, rows, constraints, streamed, spills)
+        return _synthesize(data, specs, options, source, rows, constraints, spills)
     finally:
         for spill in spills:
             spill.close()
@@ -311,13 +310,13 @@ def _synthesize(
     source: RandomSource,
     rows: Rows | None,
     constraints: Sequence[Constraint],
-    streamed: bool,
     spills: list[Spill],
 ) -> SynthResult:
     budget = plan_budget(options, specs)
     constraints, left_out = choose(constraints, specs)  # usage errors before any pass
     ledger = Ledger(budget.total, options.relation)
     raw = rows if rows is not None else value_rows(data, specs)
+    streamed = isinstance(raw.source, BatchesSource)  # a local pass (not Dask, not in memory)
     undeclared = tuple(j for j, s in enumerate(specs) if not s.has_bounds)
     dim = lowdim.parse_dim(options.dim, len(specs))
     fallback = None

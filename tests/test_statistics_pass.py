@@ -98,26 +98,84 @@ def test_subtree_counts_find_the_roots_with_any_lookup_table(lookup_bits, monkey
     assert np.array_equal(h.counts(roots, 6), [np.sum(codes >> 3 == r) for r in roots])
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_streamed_pipeline_gives_the_stored_seeded_outputs(case, monkeypatch) -> None:
-    """The real pipeline on record batches of 97 rows, PrivTree allowed only 2^6 cells per pass
-    (so deep trees take many passes) and finding roots through a table of 2^3 ancestors, gives
-    the outputs stored before the refactor."""
+def _streamed(monkeypatch, reads: list[int]) -> None:
+    """synth reads every in-memory table as record batches of 97 rows, counting its reads."""
     import dpsynth_cli.synth as synth
 
-    monkeypatch.setattr(privtree, "PASS_BITS", 6)
-    monkeypatch.setattr(partition.SubtreeCounts, "LOOKUP_BITS", 3)
     real = synth.value_rows
 
     def streamed(data, specs):
         if isinstance(data, pa.Table):
-            return real(lambda: data.to_batches(max_chunksize=97), specs)
+
+            def batches():
+                reads.append(1)
+                return data.to_batches(max_chunksize=97)
+
+            return real(batches, specs)
         return real(data, specs)
 
     monkeypatch.setattr(synth, "value_rows", streamed)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_streamed_pipeline_gives_the_stored_seeded_outputs(case, monkeypatch) -> None:
+    """The real pipeline on record batches of 97 rows, PrivTree allowed only 2^6 cells per pass
+    (so deep trees take many passes) and finding roots through a table of 2^3 ancestors, gives
+    the outputs stored before the refactor, and reads the input once (issue 27: the later
+    passes read the first pass's spill, cube rows or cell codes)."""
+    monkeypatch.setattr(privtree, "PASS_BITS", 6)
+    monkeypatch.setattr(partition.SubtreeCounts, "LOOKUP_BITS", 3)
+    reads: list[int] = []
+    _streamed(monkeypatch, reads)
     stored = np.load(DATA)
     for key, value in _run(case).items():
         np.testing.assert_array_equal(value, stored[key], err_msg=key)
+    assert len(reads) == 1
+
+
+def test_a_failed_spill_reads_the_input_again_with_the_same_release(monkeypatch) -> None:
+    """A spill that cannot be written (a full disk: /dev/full) is dropped, and the later passes
+    read the input again: the same outputs, so the outcome never depends on the disk."""
+    from dpsynth_cli.engine import rows as rows_module
+
+    monkeypatch.setattr(privtree, "PASS_BITS", 6)
+    full = lambda **_: open("/dev/full", "w+b", buffering=0)  # noqa: E731
+    monkeypatch.setattr(rows_module.tempfile, "TemporaryFile", full)
+    stored = np.load(DATA)
+    for name in ("privtree-3d-deep", "dim2-5d", "bounds-2d"):
+        reads: list[int] = []
+        _streamed(monkeypatch, reads)
+        for key, value in _run(next(c for c in CASES if c[0] == name)).items():
+            np.testing.assert_array_equal(value, stored[key], err_msg=key)
+        assert len(reads) > 1, name
+
+
+def test_spilled_rows_never_have_a_name_and_go_with_the_run(monkeypatch, tmp_path) -> None:
+    """The spill files are unnamed (O_TMPFILE or unlinked at once): the temporary directory
+    stays empty while rows are spilled and read back, and every spill is closed at the end."""
+    from dpsynth_cli.engine import rows as rows_module
+
+    monkeypatch.setattr(rows_module.tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(privtree, "PASS_BITS", 6)
+    made, seen = [], []
+    real_init, real_batches = rows_module.Spill.__init__, rows_module.Spill.batches
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        made.append(self)
+
+    def batches(self):
+        seen.append(sorted(p.name for p in tmp_path.iterdir()))
+        yield from real_batches(self)
+
+    monkeypatch.setattr(rows_module.Spill, "__init__", init)
+    monkeypatch.setattr(rows_module.Spill, "batches", batches)
+    _streamed(monkeypatch, [])
+    _run(next(c for c in CASES if c[0] == "privtree-3d-deep"))
+    _run(next(c for c in CASES if c[0] == "dim2-5d"))
+    assert made and seen and all(names == [] for names in seen)
+    assert all(not spill.ok for spill in made)
+    assert list(tmp_path.iterdir()) == []
 
 
 def _output(sizes: np.ndarray, d: int = 2) -> Output:

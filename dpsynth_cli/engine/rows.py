@@ -141,15 +141,18 @@ class Spill:
         self.dtype = np.dtype(dtype)
         self.shape: tuple[int, ...] = ()  # of one row: () for a value per row, else (d,)
         self.rows = 0
-        self.file: IO[bytes] | None = tempfile.TemporaryFile(prefix="dpsynth-")
+        # Unbuffered: every write reaches the system at once, so a full disk raises here.
+        self.file: IO[bytes] | None = tempfile.TemporaryFile(prefix="dpsynth-", buffering=0)
 
     def add(self, X: np.ndarray) -> None:
         if self.file is None:
             return
         if self.rows == 0:
             self.shape = X.shape[1:]
+        data = memoryview(np.ascontiguousarray(X, dtype=self.dtype)).cast("B")
         try:
-            np.ascontiguousarray(X, dtype=self.dtype).tofile(self.file)
+            while data:  # a raw write may take part of the buffer
+                data = data[self.file.write(data) :]
         except OSError:
             self.close()
             return
@@ -174,11 +177,17 @@ class Spill:
             raise RuntimeError("the spill is closed")
         width = int(np.prod(self.shape, dtype=np.int64))
         step = max(1, SPILL_BATCH_BYTES // (self.dtype.itemsize * max(width, 1)))
-        self.file.flush()
         self.file.seek(0)
         for lo in range(0, self.rows, step):
             m = min(step, self.rows - lo)
-            yield np.fromfile(self.file, dtype=self.dtype, count=m * width).reshape(m, *self.shape)
+            X = np.empty((m, *self.shape), dtype=self.dtype)
+            view = memoryview(X).cast("B")
+            while view:
+                got = self.file.readinto(view)
+                if not got:
+                    raise OSError("a spill file ended early")
+                view = view[got:]
+            yield X
 
 
 @dataclass(frozen=True)

@@ -425,11 +425,12 @@ class NodeCounts:
     def __call__(self, cells: np.ndarray, level: int) -> np.ndarray:
         h = self.hist
         first = self.rows.ahead_of(FirstHistogram)
-        if h is None and first is not None and level <= PASS_BITS:
-            # The first pass asks for every cell at the start level down to level
-            # min(D, PASS_BITS): the whole-cube histogram at PASS_BITS answers the same counts.
-            self.hist = h = first.take()
-            self._keep(first.codes)
+        if h is None and first is not None:
+            if level <= PASS_BITS:
+                # The first pass asks for every cell at the start level down to level
+                # min(D, PASS_BITS): the whole-cube histogram at PASS_BITS answers them.
+                self.hist = h = first.take()
+            self._keep(first.codes)  # every row's codes
         if h is None or level > h.top + h.k:
             room = PASS_BITS - max(int(cells.size - 1).bit_length(), 0)
             k = max(1, min(self.max_depth - level, room)) if level < self.max_depth else 0
