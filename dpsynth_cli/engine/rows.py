@@ -149,6 +149,8 @@ class Spill:
             return
         if self.rows == 0:
             self.shape = X.shape[1:]
+        if X.size == 0:
+            return
         data = memoryview(np.ascontiguousarray(X, dtype=self.dtype)).cast("B")
         try:
             while data:  # a raw write may take part of the buffer
