@@ -16,6 +16,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
+import dpsynth_cli
 from dpsynth_cli import io as dio
 from dpsynth_cli.domain import column_values
 from dpsynth_cli.errors import DataError, UsageError
@@ -685,7 +686,7 @@ def test_closed_pipe_in_subprocess_is_quiet():
 def closing_stdout_early(script: str, timeout: float) -> tuple[int, bytes, bytes]:
     """Run `script` in a fresh Python, read 10 bytes of its stdout, then close the pipe (as
     `| head` does): its exit code, those bytes, and its stderr."""
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(dio.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(dpsynth_cli.__file__)))
     proc = subprocess.Popen(
         [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
     )
