@@ -53,6 +53,9 @@ def atomic_output(path: str, *, private: bool = False) -> Iterator[BinaryIO]:
     except OSError as exc:
         _set_signals_blocked(False)
         raise DataError(f"cannot write {path}: {_reason(exc)}") from None
+    # The file object owns fd from here. Made while stops are held: a stop inside `fdopen`
+    # could drop it (closing fd) before its caller knew, and closing fd again then failed.
+    fh = os.fdopen(fd, "wb")
     try:
         _set_signals_blocked(False)  # a signal held meanwhile is raised here: tmp is removed
         if private:
@@ -62,15 +65,14 @@ def atomic_output(path: str, *, private: bool = False) -> Iterator[BinaryIO]:
                 os.fchmod(fd, os.stat(target).st_mode & 0o7777)
             except FileNotFoundError:
                 os.fchmod(fd, _default_mode())
-        with os.fdopen(fd, "wb") as fh:
-            fd = -1
+        with fh:
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, target)
     except BaseException as exc:
-        if fd >= 0:
-            os.close(fd)
+        with contextlib.suppress(OSError):
+            fh.close()  # closed already unless the error came before `with fh`
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         if isinstance(exc, OSError):
