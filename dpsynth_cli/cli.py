@@ -24,12 +24,19 @@ from dpsynth_cli.domain import (
     declare_columns,
 )
 from dpsynth_cli.engine import dask as dask_engine
+from dpsynth_cli.engine.plan import BatchPlan
 from dpsynth_cli.errors import DpsynthError, UsageError
 from dpsynth_cli.mechanisms import transport
-from dpsynth_cli.mechanisms.base import BatchPlan
 from dpsynth_cli.privacy.noise import RandomSource
 from dpsynth_cli.schema_draft import draft
-from dpsynth_cli.synth import PLAN_RULES, SynthOptions, SynthResult, plan_budget, synthesize
+from dpsynth_cli.synth import (
+    PLAN_RULES,
+    SynthOptions,
+    SynthResult,
+    dim_plan,
+    plan_budget,
+    synthesize,
+)
 
 try:  # typer >= 0.22 carries its own copy of click
     from typer._click.exceptions import NoArgsIsHelpError
@@ -359,36 +366,11 @@ def _dry_run_plan(options: SynthOptions, declarations: Declared) -> dict[str, An
         "budget_plan": budget,
         "plan_rule": PLAN_RULES[options.mechanism],
         "noise": "discrete Laplace, exact rational scales",
-        **_dim_plan(options.dim),
+        **dim_plan(options.dim),
     }
     if declarations.constraints:  # how each will be enforced; those on unchosen columns left out
         plan["constraints"] = describe(*choose(declarations.constraints, specs))
     return plan
-
-
-def _dim_plan(dim: str) -> dict[str, Any]:
-    if dim.strip().lower() == "full":
-        return {"dim": "full"}
-    from dpsynth_cli.mechanisms import lowdim
-
-    return {
-        "dim": dim,
-        "dim_plan": {
-            "epsilon_shares_of_mechanism": {
-                "first_moments": float(lowdim.FIRST_MOMENT_SHARE),
-                "second_moments": float(lowdim.SECOND_MOMENT_SHARE),
-                "inner": "the rest",
-            },
-            "dim_rule": lowdim.DIM_RULE if dim.strip().lower() == "auto" else "fixed by --dim",
-            "inner_mechanism": "--mechanism, on the coordinates in the private subspace",
-            "fallback": lowdim.FALLBACK_RULE
-            if dim.strip().lower() == "auto"
-            else "none (--dim N runs as asked; a non-numeric column is a usage error)",
-            "signal_check": "the chosen directions' noisy eigenvalues against the noise's "
-            "spectral norm (dpsynth_cli/spectrum.py): report `dim.signal`, a notice when they "
-            "cannot be told from noise",
-        },
-    }
 
 
 @app.command(

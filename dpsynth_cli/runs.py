@@ -132,7 +132,7 @@ class TableInput(io.InputSource):
         self.name = "the table"
         self.all_columns = list(table.column_names)
         wanted = self.all_columns if columns is None else list(columns)
-        io._check_columns(wanted, self.all_columns, self.name)
+        io.check_columns(wanted, self.all_columns, self.name)
         self._table = table.select(wanted)
         self.schema = pa.schema([pa.field(c, pa.string()) for c in wanted])
         self.batch_rows = batch_rows or io.default_batch_rows(len(wanted))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import partial
@@ -23,12 +23,14 @@ import numpy as np
 import pyarrow as pa
 
 from dpsynth_cli.constraints import Constraint, choose, describe
-from dpsynth_cli.domain import ColumnSpec, Domain, bounds_flag, value_matrix
-from dpsynth_cli.engine.rows import BatchesSource, Rows, Spill, SpillSource, as_rows
+from dpsynth_cli.domain import ColumnSpec, Domain, bounds_flag
+from dpsynth_cli.engine.plan import BatchPlan, Place
+from dpsynth_cli.engine.rows import BatchesSource, Rows, Spill, SpillSource
+from dpsynth_cli.engine.values import TableData, value_rows
 from dpsynth_cli.errors import DataError, UsageError
 from dpsynth_cli.mechanisms import hierarchy, lowdim, pairs, pmm, privtree, psmm, select
 from dpsynth_cli.mechanisms.attributes import attributes
-from dpsynth_cli.mechanisms.base import BatchPlan, Mechanism, MechanismRun, Place
+from dpsynth_cli.mechanisms.base import Mechanism, MechanismRun
 from dpsynth_cli.mechanisms.bounds import (
     NoBoundsFound,
     estimate_bounds,
@@ -121,6 +123,30 @@ class BudgetPlan:
         }
 
 
+def dim_plan(dim: str) -> dict[str, Any]:
+    """What `--dim` will do, for `--dry-run`'s plan: the public shares and rules of `lowdim`."""
+    if dim.strip().lower() == "full":
+        return {"dim": "full"}
+    return {
+        "dim": dim,
+        "dim_plan": {
+            "epsilon_shares_of_mechanism": {
+                "first_moments": float(lowdim.FIRST_MOMENT_SHARE),
+                "second_moments": float(lowdim.SECOND_MOMENT_SHARE),
+                "inner": "the rest",
+            },
+            "dim_rule": lowdim.DIM_RULE if dim.strip().lower() == "auto" else "fixed by --dim",
+            "inner_mechanism": "--mechanism, on the coordinates in the private subspace",
+            "fallback": lowdim.FALLBACK_RULE
+            if dim.strip().lower() == "auto"
+            else "none (--dim N runs as asked; a non-numeric column is a usage error)",
+            "signal_check": "the chosen directions' noisy eigenvalues against the noise's "
+            "spectral norm (dpsynth_cli/spectrum.py): report `dim.signal`, a notice when they "
+            "cannot be told from noise",
+        },
+    }
+
+
 def plan_budget(options: SynthOptions, specs: list[ColumnSpec]) -> BudgetPlan:
     """Split --eps: bounds estimates (only for undeclared columns), noisy count, mechanism."""
     total = check_epsilon(options.epsilon)
@@ -204,23 +230,6 @@ class SynthResult:
     def table(self) -> pa.Table:
         """The whole synthetic table at once (in memory)."""
         return next(self.batches())
-
-
-# A source of the table's rows for the statistics passes: a table in memory, or a function that
-# starts a new pass over record batches (pa.RecordBatch or pa.Table) each time it is called.
-TableData = pa.Table | Callable[[], Iterable[pa.RecordBatch | pa.Table]]
-
-
-def value_rows(data: TableData, specs: list[ColumnSpec]) -> Rows:
-    """The declared columns' complete rows (float64, original units), read only in passes."""
-    if isinstance(data, pa.Table):  # no complete rows is a valid input: n is private
-        return as_rows(value_matrix(data, specs).reshape(-1, len(specs)))
-
-    def batches() -> Iterator[np.ndarray]:
-        for batch in data():
-            yield value_matrix(batch, specs).reshape(-1, len(specs))
-
-    return Rows(BatchesSource(batches), len(specs))
 
 
 @dataclass

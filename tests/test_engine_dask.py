@@ -381,8 +381,9 @@ def test_parts_are_checked_cleaned_and_renumbered_to_sort(tmp_path, monkeypatch)
     gets the wider number, so that the names still sort in row order."""
     from dpsynth_cli import io as dio
     from dpsynth_cli.errors import DataError
+    from dpsynth_cli.io import parts
 
-    monkeypatch.setattr(dio, "PART_DIGITS", 1)
+    monkeypatch.setattr(parts, "PART_DIGITS", 1)
     table = pa.table({"a": [1.0]})
 
     def fill(parts: int, skip: int | None = None):

@@ -16,9 +16,11 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
+import dpsynth_cli
 from dpsynth_cli import io as dio
 from dpsynth_cli.domain import column_values
 from dpsynth_cli.errors import DataError, UsageError
+from dpsynth_cli.io import atomic, csv_scan, serialise
 
 SECRET = "987654.321"  # a distinctive data value that must never appear in an error message
 
@@ -373,7 +375,7 @@ def test_invalid_utf8_found_across_chunk_boundaries(chunk):
 
 
 def _first_invalid(data: bytes, chunk: int) -> int | None:
-    check = dio._Utf8()
+    check = csv_scan._Utf8()
     starts = range(0, len(data), chunk)
     for off in starts:
         found = check.check(data[off : off + chunk], off, final=off + chunk >= len(data))
@@ -428,12 +430,12 @@ def test_scan_agrees_with_pyarrow_on_random_input():
 
 def _scan(data: bytes, block: int) -> dict[str, object]:
     """Feed `data` to the record scan in blocks; what it found."""
-    scan = dio._CsvScan(block, want=2, utf8=True)
+    scan = csv_scan._CsvScan(block, want=2, utf8=True)
     pieces = [data[i : i + block] for i in range(0, len(data), block)]
     for k, piece in enumerate(pieces):
         scan.feed(piece, pieces[k + 1][0] if k + 1 < len(pieces) else -1)
     scan.finish()
-    opening = scan.opening if scan.state != dio._OUT else None
+    opening = scan.opening if scan.state != csv_scan._OUT else None
     return {
         "records": scan.records,
         "lines": scan.lines,
@@ -455,8 +457,8 @@ def test_failed_csv_write_leaves_nothing(tmp_path, monkeypatch):
             raise RuntimeError("disk on fire")
         return real(table, sink, *args, **kwargs)
 
-    monkeypatch.setattr(dio, "CSV_CHUNK_ROWS", 10)
-    monkeypatch.setattr(dio.pacsv, "write_csv", flaky)
+    monkeypatch.setattr(serialise, "CSV_CHUNK_ROWS", 10)
+    monkeypatch.setattr(serialise.pacsv, "write_csv", flaky)
     out = str(tmp_path / "out.csv")
     with pytest.raises(RuntimeError):
         dio.write_table(sample_table(100), out, "csv", input_path=None)
@@ -472,7 +474,7 @@ def test_failed_write_keeps_previous_output(tmp_path, monkeypatch):
         def write_table(self, *args, **kwargs):
             raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(dio.pq, "ParquetWriter", Full)
+    monkeypatch.setattr(serialise.pq, "ParquetWriter", Full)
     with pytest.raises(DataError, match="No space left"):
         dio.write_table(sample_table(), str(out), "parquet", input_path=None)
     assert out.read_bytes() == b"previous"
@@ -516,7 +518,7 @@ def test_move_file_across_file_systems(tmp_path, monkeypatch):
             raise OSError(errno.EXDEV, "Invalid cross-device link")
         return real(a, b)
 
-    monkeypatch.setattr(dio.os, "replace", no_rename_across)
+    monkeypatch.setattr(atomic.os, "replace", no_rename_across)
     dio.move_file(str(src), str(dst))
     mask = os.umask(0)
     os.umask(mask)
@@ -612,7 +614,7 @@ def test_write_outputs_failure_commits_nothing(tmp_path, monkeypatch):
     def boom(*args, **kwargs):
         raise RuntimeError("fail")
 
-    monkeypatch.setattr(dio.pacsv, "write_csv", boom)
+    monkeypatch.setattr(serialise.pacsv, "write_csv", boom)
     with pytest.raises(RuntimeError):
         dio.write_outputs(
             sample_table(),
@@ -641,7 +643,7 @@ class FakeStdout:
 def test_write_csv_to_stdout(monkeypatch):
     sink = pyio.BytesIO()
     monkeypatch.setattr(sys, "stdout", FakeStdout(sink))
-    monkeypatch.setattr(dio, "CSV_CHUNK_ROWS", 7)
+    monkeypatch.setattr(serialise, "CSV_CHUNK_ROWS", 7)
     table = sample_table(20)
     dio.write_table(table, "-", "csv", input_path="-")
     back = pacsv.read_csv(pa.py_buffer(sink.getvalue()))
@@ -685,7 +687,7 @@ def test_closed_pipe_in_subprocess_is_quiet():
 def closing_stdout_early(script: str, timeout: float) -> tuple[int, bytes, bytes]:
     """Run `script` in a fresh Python, read 10 bytes of its stdout, then close the pipe (as
     `| head` does): its exit code, those bytes, and its stderr."""
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(dio.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(dpsynth_cli.__file__)))
     proc = subprocess.Popen(
         [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
     )

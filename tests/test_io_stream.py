@@ -21,6 +21,7 @@ import pytest
 
 from dpsynth_cli import io as dio
 from dpsynth_cli.errors import DataError, UsageError
+from dpsynth_cli.io import csv_read, field_cap, serialise, streams
 from tests.test_io import closing_stdout_early
 
 SECRET = "987654.321"  # a data value that must never appear in an error message
@@ -67,7 +68,7 @@ def small_blocks(monkeypatch):
     """pyarrow's CSV block size, small enough that a test file spans many blocks."""
 
     def set_block(size: int) -> None:
-        monkeypatch.setattr(dio, "CSV_BLOCK_BYTES", size)
+        monkeypatch.setattr(csv_read, "CSV_BLOCK_BYTES", size)
 
     return set_block
 
@@ -353,7 +354,7 @@ def test_reference_walk_agrees_on_random_files(tmp_path, monkeypatch):
             continue  # empty inputs: their own tests
         longest = max(r[2] for r in ref["records"])
         block = rng.randint(longest + 1, longest + 80)
-        monkeypatch.setattr(dio, "CSV_BLOCK_BYTES", block)
+        monkeypatch.setattr(csv_read, "CSV_BLOCK_BYTES", block)
         write_bytes(tmp_path / "f.csv", data)
         want = expected_error(ref)
         try:
@@ -431,7 +432,7 @@ def test_field_cap_agrees_with_a_byte_walk_in_any_blocks():
         header = rng.choice([b"h\n", b"h,i\n", b"h,i,j\r\n", b'"h,1",i\n'])
         data = header + b"".join(rng.choice(alphabet) for _ in range(rng.randint(0, 60)))
         block = rng.randint(12, 80)
-        cap = dio._FieldCap(block, None)
+        cap = field_cap._FieldCap(block, None)
         pieces, at = [], 0
         while at < len(data):
             size = rng.choice([1, 3, 16, 64, 4096])
@@ -441,7 +442,7 @@ def test_field_cap_agrees_with_a_byte_walk_in_any_blocks():
         fields = header.count(b",") + 1 - header.startswith(b'"h,1"')  # a comma in quotes
         assert cap.limit == dio.field_limit(block, fields), (header, block)
         assert got == capped_reference(data, cap.limit), (data, block, pieces)
-        headless = dio._FieldCap(block, 2)  # --no-header: every record is data
+        headless = field_cap._FieldCap(block, 2)  # --no-header: every record is data
         got = fed(headless, pieces)
         assert got == capped_reference(data, dio.field_limit(block, 2), header=False), data
 
@@ -550,7 +551,7 @@ def test_stdin_parquet_and_gzip_pipe(tmp_path, monkeypatch):
 
 def test_spool_leaves_no_file(tmp_path, monkeypatch):
     monkeypatch.setenv("TMPDIR", str(tmp_path))
-    monkeypatch.setattr(dio.tempfile, "tempdir", None)
+    monkeypatch.setattr(streams.tempfile, "tempdir", None)
     monkeypatch.setattr(sys, "stdin", pyio.TextIOWrapper(pyio.BytesIO(b"a\n1\n")))
     with dio.open_input("-", "csv", None) as source:
         assert os.listdir(tmp_path) == []  # anonymous while in use
@@ -572,7 +573,7 @@ def as_batches(table: pa.Table, size: int) -> list[pa.RecordBatch]:
 @pytest.mark.parametrize("name", ["o.csv", "o.csv.gz", "o.parquet"])
 @pytest.mark.parametrize("size", [1, 77, 5000])
 def test_streamed_output_equals_table_output(tmp_path, monkeypatch, name, size):
-    monkeypatch.setattr(dio, "CSV_CHUNK_ROWS", 100)
+    monkeypatch.setattr(serialise, "CSV_CHUNK_ROWS", 100)
     table = synthetic().replace_schema_metadata({"dpsynth.release": "NOT FOR RELEASE"})
     fmt = dio.detect_format(name, None)
     ref, out = str(tmp_path / f"ref-{name}"), str(tmp_path / name)
@@ -592,7 +593,7 @@ def test_streamed_output_equals_table_output(tmp_path, monkeypatch, name, size):
 
 
 def test_parquet_row_groups_are_bounded(tmp_path, monkeypatch):
-    monkeypatch.setattr(dio, "ROW_GROUP_ROWS", 250)
+    monkeypatch.setattr(serialise, "ROW_GROUP_ROWS", 250)
     out = str(tmp_path / "o.parquet")
     dio.write_outputs(iter(as_batches(synthetic(), 100)), out, "parquet", input_path=None)
     meta = pq.ParquetFile(out).metadata
@@ -626,7 +627,7 @@ def failing(table: pa.Table, after: int):
 
 @pytest.mark.parametrize("name", ["o.csv", "o.csv.gz", "o.parquet"])
 def test_failing_batches_leave_nothing(tmp_path, monkeypatch, name):
-    monkeypatch.setattr(dio, "CSV_CHUNK_ROWS", 10)
+    monkeypatch.setattr(serialise, "CSV_CHUNK_ROWS", 10)
     out, report = tmp_path / name, tmp_path / "r.json"
     out.write_bytes(b"previous")
     with pytest.raises(RuntimeError, match="synthesis failed"):

@@ -59,3 +59,31 @@ def test_stale_temporary_files_of_dead_runs_are_removed(tmp_path):
         path.write_text("partial")
     dio.atomic_write_bytes(str(target), "done")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name, "out.csv"])
+
+
+def test_stop_while_the_temporary_file_is_opened_is_a_stop(tmp_path, monkeypatch):
+    """A stop signal that lands inside `os.fdopen`, after the file object owns the descriptor
+    (which it closes when it is dropped), is a stop: not an OSError from closing the
+    descriptor a second time (seen as 'internal error (OSError)' under load). Here `fdopen`
+    is interrupted wherever stop signals are not held."""
+    from dpsynth_cli.io import atomic, stops
+
+    real = os.fdopen
+
+    def interrupted(fd, *args, **kwargs):
+        fh = real(fd, *args, **kwargs)
+        if stops._held is None:  # a signal is delivered here: the new file object is dropped
+            fh.close()
+            raise KeyboardInterrupt
+        return fh
+
+    monkeypatch.setattr(atomic.os, "fdopen", interrupted)
+    target = tmp_path / "out.csv"
+    try:
+        with dio.atomic_output(str(target)) as fh:
+            fh.write(b"done")
+    except KeyboardInterrupt:
+        assert not target.exists()
+    else:
+        assert target.read_bytes() == b"done"
+    assert os.listdir(tmp_path) == [] or sorted(os.listdir(tmp_path)) == ["out.csv"]

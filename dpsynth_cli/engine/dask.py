@@ -34,9 +34,9 @@ from typing import Any
 
 from dpsynth_cli import io
 from dpsynth_cli.domain import ColumnSpec, value_matrix
+from dpsynth_cli.engine.plan import BatchPlan
 from dpsynth_cli.engine.rows import A, Rows, Transform
 from dpsynth_cli.errors import DpsynthError, UsageError
-from dpsynth_cli.mechanisms.base import BatchPlan
 
 DEFAULT_WORKERS = 2
 PLAIN_SCHEDULER = (

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from dpsynth_cli.domain import CONTINUOUS, ColumnSpec, Domain, column_values, schema_column
+from dpsynth_cli.engine.values import TableData, value_rows
 from dpsynth_cli.errors import DataError, UsageError
 from dpsynth_cli.evaluate.categorical import LEVEL_KINDS
 from dpsynth_cli.evaluate.fidelity import (
@@ -33,7 +34,6 @@ from dpsynth_cli.evaluate.w1 import bracket_summary, w1_1d, w1_summary
 from dpsynth_cli.evaluate.w1_binned import binned_quantiles, default_max_bins, w1_1d_bracket
 from dpsynth_cli.evaluate.w1_cells import DyadicCells
 from dpsynth_cli.privacy.noise import analysis_generator
-from dpsynth_cli.synth import TableData, value_rows
 
 SCHEMA = "dpsynth.evaluate-report/1"
 WARNING = "computed from the raw data: NOT differentially private; do not release"

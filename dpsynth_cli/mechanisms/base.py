@@ -18,30 +18,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from dpsynth_cli.engine.plan import BatchPlan, Place
 from dpsynth_cli.engine.rows import Rows
 from dpsynth_cli.privacy.ledger import Ledger
 from dpsynth_cli.privacy.noise import RandomSource, batch_generator
-
-# (cells, their sizes, rng) -> the points of those cells, (sizes.sum(), d), in random row order.
-Place = Callable[[np.ndarray, np.ndarray, np.random.Generator], np.ndarray]
-
-
-@dataclass(frozen=True)
-class BatchPlan:
-    """One output batch, fixed before any point is placed: which cells, how many points in each,
-    and the batch's own generator. It holds released values and post-processing randomness only,
-    so any process can place it (a Dask worker writes its part file from it) and the points do
-    not depend on which process places which batch, or in what order."""
-
-    index: int
-    cells: np.ndarray
-    counts: np.ndarray
-    rng: np.random.Generator
-
-    def points(self, place: Place) -> np.ndarray:
-        """The batch's points, placed with a copy of its generator (the same points every call:
-        a retried task writes the same part)."""
-        return place(self.cells, self.counts, copy.deepcopy(self.rng))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,181 @@
+"""Files that appear whole or not at all: a temporary file beside the target, fsynced and
+renamed; stale temporaries of killed runs removed; never the input overwritten."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from typing import BinaryIO
+
+from dpsynth_cli.errors import DataError, UsageError
+from dpsynth_cli.io.formats import _SPOOL_CHUNK, STDIO, _reason
+from dpsynth_cli.io.stops import _set_signals_blocked
+
+_PRIVATE_MODE = 0o600  # owner-only files: `--diagnostics`
+
+
+def _default_mode() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def _check_output_path(path: str) -> tuple[str, str]:
+    target = os.path.abspath(path)
+    directory = os.path.dirname(target)
+    if os.path.isdir(target):
+        raise UsageError(f"output {path} is a directory")
+    if not os.path.isdir(directory):
+        raise UsageError(f"cannot write {path}: directory {directory} does not exist")
+    return target, directory
+
+
+@contextlib.contextmanager
+def atomic_output(path: str, *, private: bool = False) -> Iterator[BinaryIO]:
+    """Yield a binary file that replaces `path` atomically when the block ends without error.
+
+    The data goes to a temporary file in the same directory, which is flushed, fsynced and then
+    renamed over `path`; on any error it is removed and `path` is left as it was. A missing
+    directory is a UsageError; an OS error while writing is a DataError. The file gets the mode
+    of the file it replaces, else the umask's; `private` makes it owner-only (0600) whatever the
+    old file's mode was (non-private diagnostics: true counts and distances).
+    """
+    target, directory = _check_output_path(path)
+    prefix = _temp_prefix(target)
+    _remove_stale_temps(directory, prefix)
+    _set_signals_blocked(True)  # no stop between creating the file and the `try` removing it
+    try:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f"{prefix}{os.getpid()}-", suffix=".tmp")
+    except OSError as exc:
+        _set_signals_blocked(False)
+        raise DataError(f"cannot write {path}: {_reason(exc)}") from None
+    # The file object owns fd from here. Made while stops are held: a stop inside `fdopen`
+    # could drop it (closing fd) before its caller knew, and closing fd again then failed.
+    fh = os.fdopen(fd, "wb")
+    try:
+        _set_signals_blocked(False)  # a signal held meanwhile is raised here: tmp is removed
+        if private:
+            os.fchmod(fd, _PRIVATE_MODE)  # mkstemp made it 0600 already: kept so
+        else:
+            try:
+                os.fchmod(fd, os.stat(target).st_mode & 0o7777)
+            except FileNotFoundError:
+                os.fchmod(fd, _default_mode())
+        with fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            fh.close()  # closed already unless the error came before `with fh`
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise DataError(f"cannot write {path}: {_reason(exc)}") from None
+        raise
+    fsync_dir(directory)
+
+
+def _temp_prefix(target: str) -> str:
+    """Temporary files are named `.NAME.dpsynth-PID-XXXX.tmp`, so they can be recognised."""
+    return f".{os.path.basename(target)}.dpsynth-"
+
+
+def _remove_stale_temps(directory: str, prefix: str) -> None:
+    """Remove temporary files (and part directories) of this output left by a run that was
+    killed (SIGKILL, power loss): those whose process is gone. A live process's (a concurrent
+    run's) are left alone."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir(directory):
+            if not (name.startswith(prefix) and name.endswith(".tmp")):
+                continue
+            pid = name[len(prefix) :].partition("-")[0]
+            if pid.isdigit() and not process_alive(int(pid)):
+                where = os.path.join(directory, name)
+                if os.path.isdir(where) and not os.path.islink(where):  # a part directory's
+                    shutil.rmtree(where, ignore_errors=True)
+                    continue
+                with contextlib.suppress(OSError):
+                    os.unlink(where)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` exists (so that its temporary files are not stale)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # e.g. another user's process: it exists
+        return True
+    return True
+
+
+def fsync_dir(directory: str) -> None:
+    """Make a rename inside `directory` durable (best effort: some filesystems refuse)."""
+    with contextlib.suppress(OSError):
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+def atomic_write_bytes(path: str, data: bytes | str) -> None:
+    """Write `data` (str is encoded as UTF-8) to `path` atomically; see `atomic_output`."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    with atomic_output(path) as fh:
+        fh.write(data)
+
+
+def move_file(src: str, dst: str) -> None:
+    """Move the file `src` to `dst` atomically: one rename, or, across file systems, a copy to
+    a temporary file beside `dst` (fsynced, with the mode the umask gives) renamed over it, and
+    then `src` removed. Stop signals are not touched (the caller may hold them)."""
+    try:
+        os.replace(src, dst)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+    else:
+        fsync_dir(os.path.dirname(os.path.abspath(dst)))
+        return
+    target = os.path.abspath(dst)
+    directory = os.path.dirname(target)
+    prefix = _temp_prefix(target)
+    _remove_stale_temps(directory, prefix)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f"{prefix}{os.getpid()}-", suffix=".tmp")
+    try:
+        os.fchmod(fd, _default_mode())
+        with os.fdopen(fd, "wb") as out, open(src, "rb") as data:
+            fd = -1
+            shutil.copyfileobj(data, out, _SPOOL_CHUNK)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(directory)
+    os.unlink(src)
+
+
+def _refuse_input(out: str, input_path: str | None) -> None:
+    if input_path is None or input_path == STDIO:
+        return
+    same = os.path.realpath(out) == os.path.realpath(input_path)
+    if not same and os.path.exists(out) and os.path.exists(input_path):
+        try:
+            same = os.path.samefile(out, input_path)
+        except OSError:
+            same = False
+    if same:
+        raise UsageError(f"refusing to overwrite the input {input_path} with output {out}")
