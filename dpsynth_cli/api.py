@@ -191,7 +191,7 @@ def online_replay(
     input_mode: str = "whole",
     neighboring: str = "replace",
     allocation: str = "tuned",
-    mechanism: str = "partition",
+    mechanism: str = "auto",
     output_format: str = "parquet",
     release_at_end: bool = False,
     row_counts_public: bool = False,

@@ -145,7 +145,10 @@ Mechanism = Annotated[
         "--mechanism",
         metavar="|".join(MECHANISMS),
         show_default=True,
-        help="The online synthesiser, e.g. --mechanism marginals. partition: the binary "
+        help="The online synthesiser, e.g. --mechanism marginals. auto: marginals without "
+        "--state when synth's auto rule would pick it (4 to 100 columns, eps x rows / "
+        "(sensitivity x columns) >= 90, rows: the stream's at the end of the run), else "
+        "partition. partition: the binary "
         "hierarchical partition of dissertation ch. 5 (Algorithms 10-12; a-priori W1 bounds, "
         "--state). marginals: every column's and column pair's histogram released continually "
         "over this run's checkpoints and a tree model drawn from them, as synth's "
@@ -190,7 +193,7 @@ def online_replay(
     input_mode: InputMode = "whole",
     neighboring: Neighboring = "replace",
     allocation: Allocation = "tuned",
-    mechanism: Mechanism = "partition",
+    mechanism: Mechanism = "auto",
     release_at_end: ReleaseAtEnd = False,
     row_counts_public: RowCountsPublic = False,
     input_format: opt.InputFormat = None,

@@ -223,7 +223,7 @@ def test_releases_are_well_formed_and_obey_the_constraints(runner, tmp_path, mon
     "flags,says",
     [
         (["--state", "st"], "cannot continue a --state"),
-        (["--mechanism", "privtree"], "--mechanism must be one of partition, marginals"),
+        (["--mechanism", "privtree"], "--mechanism must be one of auto, partition, marginals"),
     ],
 )
 def test_usage_errors(runner, tmp_path, monkeypatch, flags, says):

@@ -51,6 +51,7 @@ from dpsynth_cli.io import (
     signals_held,
     write_outputs,
 )
+from dpsynth_cli.mechanisms import select
 from dpsynth_cli.mechanisms.conditioned import Rules
 from dpsynth_cli.online import state as state_io
 from dpsynth_cli.online.cube import StreamCube
@@ -114,10 +115,15 @@ class ReplayOptions:
     release_at_end: bool = False  # a calendar release after the last row: needs the next flag
     row_counts_public: bool = False  # declares the row count at the end of each run public
     constraints: tuple[Constraint, ...] = ()  # the schema's, on chosen columns (post-processing)
-    mechanism: str = "partition"  # or "marginals" (`online.marginals`)
+    mechanism: str = "auto"  # "partition", "marginals" (`online.marginals`) or `choose_mechanism`
 
 
-MECHANISMS = ("partition", "marginals")
+MECHANISMS = ("auto", "partition", "marginals")
+AUTO_RULE = (
+    "auto: marginals without --state when synth's auto rule picks marginals for these columns, "
+    "eps and the stream's number of rows at the end of the run (public), with "
+    "--neighboring's sensitivity; otherwise (and with --state) partition"
+)
 MARGINALS_STATE = (
     "--mechanism marginals cannot continue a --state: its node schedule is fixed by the "
     "checkpoints of one run; leave out --state (each run is then a new eps-DP release) or use "
@@ -131,6 +137,25 @@ def check_mechanism(options: ReplayOptions, state_dir: str | None) -> None:
         raise UsageError(f"--mechanism must be one of {', '.join(MECHANISMS)}")
     if options.mechanism == "marginals" and state_dir:
         raise UsageError(MARGINALS_STATE)
+
+
+def choose_mechanism(
+    options: ReplayOptions, specs: list[ColumnSpec], state_dir: str | None, rows: int
+) -> str:
+    """The online mechanism for `--mechanism auto` (AUTO_RULE), from public facts only: the
+    flags, the declared columns and the number of rows of the stream (public, PRIVACY_MODEL).
+    Measured: marginals on seattle-weather and flights (docs/benchmarks.md, "online-replay on
+    real mixed tables"); partition on the numeric streams before issue 25."""
+    if options.mechanism != "auto":
+        return options.mechanism
+    if state_dir:
+        return "partition"
+    dom = StreamCube(tuple(specs)).domain
+    levels = bool(dom.lead_bits())
+    name = select.choose(
+        dom.cube_dim, Fraction(options.epsilon), rows, options.relation, levels, len(specs)
+    )
+    return "marginals" if name == "marginals" else "partition"
 
 
 @dataclass
@@ -253,13 +278,13 @@ def replay(
     lock = state_io.locked(state_dir) if state_dir else contextlib.nullcontext()
     with lock:
         engine, meta = state_io.load(state_dir, plan, ident) if state_dir else (None, {})
-        if options.mechanism == "marginals":
-            engine = MarginalsEngine(StreamCube(tuple(specs)), plan.epsilon, plan.relation)
-        engine = engine or OnlineEngine(plan)
         _finish_pending(meta, out_dir, state_dir)
         if isinstance(rows, pa.Table):
             by_time = time_rule(options.checkpoints) is not None
             rows = from_table(rows, specs, options.order_by, by_time)
+        if choose_mechanism(options, specs, state_dir, rows.rows) == "marginals":
+            engine = MarginalsEngine(StreamCube(tuple(specs)), plan.epsilon, plan.relation)
+        engine = engine or OnlineEngine(plan)
         new = _new_rows(rows, engine, meta, options)
         with _created(out_dir), _staging(state_dir) as staging:
             return _run(
@@ -552,6 +577,7 @@ def _run(engine, meta, new, plan, specs, options, source, dirs, state_dir, comma
             _publish(path, final)
     files = [final for _, final in pending]
     mechanism = engine.to_json() if marginal else _partition_json(plan)
+    mechanism["chosen"] = {"requested": options.mechanism, "rule": AUTO_RULE}
     report = build_report(
         mechanism, specs, ledger, history, released, meta["seeded"], command, state_dir, options
     )
@@ -578,7 +604,7 @@ MARGINALS_ACCURACY = (
 
 def build_report(mechanism, specs, ledger, history, released, seeded, command, state_dir, options):
     """The public report: flags, the ledger, the checkpoints and their a-priori bounds only."""
-    marginal = options.mechanism == "marginals"
+    marginal = mechanism["name"].startswith("online marginals")
     return {
         "schema": SCHEMA,
         "tool": {"name": "dpsynth", "version": __version__},
