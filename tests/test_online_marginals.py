@@ -234,3 +234,32 @@ def test_usage_errors(runner, tmp_path, monkeypatch, flags, says):
     one_line_error(result, 2)
     assert says in result.output
     assert not Path("rel").exists() and not Path("st").exists()
+
+
+def test_auto_rule():
+    """auto: marginals without --state where synth's rule picks it (>= 4 columns, eps x rows /
+    (sensitivity x columns) >= 90), else partition; with --state always partition."""
+    from dpsynth_cli.online.replay import ReplayOptions, choose_mechanism
+
+    specs = [ColumnSpec(f"c{i}", "float", 0.0, 1.0) for i in range(5)]
+    wide = ReplayOptions(1.0, relation="add-remove")
+    assert choose_mechanism(wide, specs, None, 450) == "marginals"  # 450 / 5 = 90
+    assert choose_mechanism(wide, specs, None, 449) == "partition"
+    assert choose_mechanism(wide, specs, "state", 10**6) == "partition"
+    assert choose_mechanism(ReplayOptions(1.0), specs, None, 450) == "partition"  # replace: 45
+    assert choose_mechanism(wide, specs[:3], None, 10**6) == "partition"  # 3 columns
+    fixed = ReplayOptions(1.0, relation="add-remove", mechanism="partition")
+    assert choose_mechanism(fixed, specs, None, 10**6) == "partition"
+
+
+def test_auto_picks_marginals_on_a_mixed_stream(runner, tmp_path, monkeypatch):
+    write(tmp_path, mixed_lines(1000))
+    monkeypatch.chdir(tmp_path)
+    args = ["s.csv", *COMMON, *CHECKPOINTS, "--neighboring", "add-remove", "--out-dir", "rel"]
+    assert run(runner, *args).exit_code == 0
+    report = json.loads((tmp_path / "rel" / REPORT_NAME).read_text())
+    assert report["mechanism"]["name"].startswith("online marginals")
+    assert report["mechanism"]["chosen"]["requested"] == "auto"
+    assert run(runner, *args[:-2], "--out-dir", "rel2", "--state", "st").exit_code == 0
+    report = json.loads((tmp_path / "rel2" / REPORT_NAME).read_text())
+    assert report["mechanism"]["name"].startswith("online synthetic data")
