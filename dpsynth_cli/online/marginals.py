@@ -207,7 +207,6 @@ class MarginalsEngine:
     epsilon: Fraction
     relation: str
     t: int = 0
-    level: int = 0
     plan: ContinualPlan | None = None
     sched: Schedule | None = None
     ends: list[int] = field(default_factory=list)  # the checkpoints' row counts (segment ends)
