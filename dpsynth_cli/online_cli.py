@@ -22,7 +22,7 @@ from dpsynth_cli.domain import declare_columns
 from dpsynth_cli.errors import UsageError
 from dpsynth_cli.online import PRIVACY_MODEL
 from dpsynth_cli.online.params import ALLOCATIONS
-from dpsynth_cli.online.replay import REPORT_NAME, check_dirs
+from dpsynth_cli.online.replay import MECHANISMS, REPORT_NAME, check_dirs, check_mechanism
 from dpsynth_cli.privacy.ledger import check_epsilon
 from dpsynth_cli.privacy.noise import RandomSource
 
@@ -139,6 +139,23 @@ Allocation = Annotated[
         "docs/benchmarks.md).",
     ),
 ]
+Mechanism = Annotated[
+    str,
+    _opt(
+        "--mechanism",
+        metavar="|".join(MECHANISMS),
+        show_default=True,
+        help="The online synthesiser, e.g. --mechanism marginals. auto: marginals without "
+        "--state when synth's auto rule would pick it (4 to 100 columns, eps x rows / "
+        "(sensitivity x columns) >= 90, rows: the stream's at the end of the run), else "
+        "partition. partition: the binary "
+        "hierarchical partition of dissertation ch. 5 (Algorithms 10-12; a-priori W1 bounds, "
+        "--state). marginals: every column's and column pair's histogram released continually "
+        "over this run's checkpoints and a tree model drawn from them, as synth's "
+        "--mechanism marginals (no a-priori bound, no --state; measured more accurate on "
+        "real mixed tables: docs/benchmarks.md).",
+    ),
+]
 ReleaseAtEnd = Annotated[
     bool,
     _opt(
@@ -176,6 +193,7 @@ def online_replay(
     input_mode: InputMode = "whole",
     neighboring: Neighboring = "replace",
     allocation: Allocation = "tuned",
+    mechanism: Mechanism = "auto",
     release_at_end: ReleaseAtEnd = False,
     row_counts_public: RowCountsPublic = False,
     input_format: opt.InputFormat = None,
@@ -207,6 +225,7 @@ def online_replay(
         checkpoints=checkpoints,
         relation=neighboring,
         allocation=allocation,
+        mechanism=mechanism,
         output_format=output_format,
         input_mode=input_mode,
         release_at_end=release_at_end,
@@ -214,6 +233,7 @@ def online_replay(
     )
     in_fmt = io.detect_format(input, input_format)
     check_epsilon(eps)  # usage errors before the input is opened
+    check_mechanism(options, state)
     check_dirs(out_dir, state)
     if os.path.isdir(input) and os.path.isdir(out_dir) and os.path.samefile(input, out_dir):
         raise UsageError("--out-dir is the input directory: the releases would be read as input")

@@ -122,6 +122,16 @@ class Plan:
         return noise.as_scale(Fraction(self.sensitivity * max(self.measurements, 1)) / self.pairs)
 
     @property
+    def one_way_variance(self) -> float:
+        """The noise variance of one released one-way cell (`online.marginals` sums nodes)."""
+        return discrete_laplace_variance(self.one_way_scale)
+
+    @property
+    def pair_variance(self) -> float:
+        """The noise variance of one released two-way cell."""
+        return discrete_laplace_variance(self.pair_scale)
+
+    @property
     def round_epsilon(self) -> Fraction:
         return self.select / max(self.measurements, 1)
 
@@ -161,8 +171,7 @@ def plan(epsilon: Fraction, noisy_n: int, rows: Rows, relation: str) -> Plan:
 
     def bins_for(measurements: int) -> int:
         scale = noise.as_scale(sens * measurements / pairs)
-        cells = max(noisy_n, 1) / (CELL_NOISE * math.sqrt(discrete_laplace_variance(scale)))
-        return int(min(max(math.isqrt(int(cells)), MIN_BINS), 64))
+        return bins_at(noisy_n, discrete_laplace_variance(scale))
 
     extras, bins = 0, MIN_BINS
     if count > 1:
@@ -171,6 +180,13 @@ def plan(epsilon: Fraction, noisy_n: int, rows: Rows, relation: str) -> Plan:
         if bins < SECOND_PARENT_BINS:  # too little signal for triangles: the tree alone
             extras, bins = 0, bins_for(count - 1)
     return Plan(epsilon, one_way, select, pairs, sens, attrs, bins, extras)
+
+
+def bins_at(noisy_n: float, variance: float, cell_noise: float = CELL_NOISE) -> int:
+    """Bins per attribute so that a pair's cells hold about `cell_noise` noise deviations each
+    (public: the noisy or public row count and the cells' noise variance)."""
+    cells = max(noisy_n, 1) / (cell_noise * math.sqrt(variance))
+    return int(min(max(math.isqrt(int(cells)), MIN_BINS), 64))
 
 
 @dataclass
@@ -240,7 +256,7 @@ def consistent_one_way(
 ) -> list[np.ndarray]:
     """Noisy one-way histograms pruned (cells below kappa deviations) and made non-negative
     integers that sum to their noisy total (`hierarchy.consistent_leaf_counts`)."""
-    variance = discrete_laplace_variance(mp.one_way_scale)
+    variance = mp.one_way_variance
     out = []
     for a, h in zip(mp.attributes, noisy, strict=True):
         kappa = ONE_WAY_KAPPA if a.numeric else LEVEL_KAPPA
@@ -261,8 +277,8 @@ def combined_marginals(
     """Each attribute's bin probabilities: the inverse-variance mix of its noisy one-way
     histogram summed into bins and the row (column) sums of every noisy two-way table it is
     in (independent noise, so this is the least-squares estimate from them), clipped at 0."""
-    v1 = discrete_laplace_variance(mp.one_way_scale)
-    v2 = discrete_laplace_variance(mp.pair_scale) if mp.edges else 0.0
+    v1 = mp.one_way_variance
+    v2 = mp.pair_variance if mp.edges else 0.0
     out = []
     for a, (h, b) in enumerate(zip(noisy_one_way, value_bin, strict=True)):
         width = np.bincount(b, minlength=k[a])
@@ -278,12 +294,17 @@ def combined_marginals(
 
 
 def fit_pairs(
-    noisy: dict[tuple[int, int], np.ndarray], marg: list[np.ndarray], total: float, mp: Plan
+    noisy: dict[tuple[int, int], np.ndarray],
+    marg: list[np.ndarray],
+    total: float,
+    mp: Plan,
+    fit_floor: float = FIT_FLOOR,
 ) -> dict[tuple[int, int], np.ndarray]:
-    """Every noisy two-way table fitted to the marginals of its two attributes."""
+    """Every noisy two-way table fitted to the marginals of its two attributes (cells below
+    `fit_floor` noise deviations taken as empty)."""
     if not noisy:
         return {}
-    floor = FIT_FLOOR * math.sqrt(discrete_laplace_variance(mp.pair_scale))
+    floor = fit_floor * math.sqrt(mp.pair_variance)
     return {
         e: tree_model.fit_pair(t, total * marg[e[0]], total * marg[e[1]], floor)
         for e, t in noisy.items()
@@ -453,17 +474,15 @@ def select_tree(
     return edges
 
 
-def select_seconds(
+def second_candidates(
     tables: dict[tuple[int, int], np.ndarray],
     joints: dict[tuple[int, int], np.ndarray],
     order: list[int],
     parent: list[int],
-    mp: Plan,
-    source: noise.RandomSource,
-) -> dict[int, int]:
-    """`mp.extras` rounds of permute-and-flip: attribute c gets a second parent b, a tree
-    neighbour of its parent placed before it (so (b, parent, c) is a triangle the sampler can
-    condition on), scored by how far the (b, c) histogram is from what the tree implies."""
+) -> tuple[list[tuple[int, int]], list[float]]:
+    """The (c, b) pairs that may give c a second parent b (a tree neighbour of c's parent p
+    placed before c) and each one's score: the L1 distance of the (b, c) table in `tables`
+    (both orders) from what the tree's `joints` imply."""
     position = {a: i for i, a in enumerate(order)}
     nbrs: dict[int, list[int]] = {a: [] for a in order}
     for p, c in joints:
@@ -480,6 +499,21 @@ def select_seconds(
                 bp = joints[(b, p)] if (b, p) in joints else joints[(p, b)].T
                 candidates.append((c, b))
                 scores.append(_l1(tables[(b, c)], bp @ given_p))
+    return candidates, scores
+
+
+def select_seconds(
+    tables: dict[tuple[int, int], np.ndarray],
+    joints: dict[tuple[int, int], np.ndarray],
+    order: list[int],
+    parent: list[int],
+    mp: Plan,
+    source: noise.RandomSource,
+) -> dict[int, int]:
+    """`mp.extras` rounds of permute-and-flip: attribute c gets a second parent b, a tree
+    neighbour of its parent placed before it (so (b, parent, c) is a triangle the sampler can
+    condition on), scored by how far the (b, c) histogram is from what the tree implies."""
+    candidates, scores = second_candidates(tables, joints, order, parent)
     chosen: dict[int, int] = {}
     for _ in range(mp.extras):
         open_ = [n for n, (c, _b) in enumerate(candidates) if c not in chosen]
@@ -519,9 +553,11 @@ def build_model(
     parent: list[int],
     joints: dict[tuple[int, int], np.ndarray],
     extra: dict[tuple[int, int], np.ndarray],
+    link_bins: int = LINK_BINS,
 ) -> tree_model.TreeModel:
     """The model from released values (post-processing): each attribute's parents and
-    P(bin | parents' bins), within-bin quantiles, copula links along tree edges."""
+    P(bin | parents' bins), within-bin quantiles, copula links along tree edges (between two
+    numbers with at least `link_bins` bins each)."""
     quantiles = [
         tree_model.Quantiles.of(b, m, a.size if a.kind == "cell" else 0)
         for a, b, m in zip(attrs, value_bin, one_way, strict=True)
@@ -536,7 +572,7 @@ def build_model(
             link.append(0.0)
             continue
         pc = joints[(p, a)]
-        both = attrs[a].numeric and attrs[p].numeric and min(pc.shape) >= LINK_BINS
+        both = attrs[a].numeric and attrs[p].numeric and min(pc.shape) >= link_bins
         link.append(tree_model.link_correlation(pc) if both else 0.0)
         if a in second:
             b = second[a]

@@ -51,10 +51,12 @@ from dpsynth_cli.io import (
     signals_held,
     write_outputs,
 )
+from dpsynth_cli.mechanisms import select
 from dpsynth_cli.mechanisms.conditioned import Rules
 from dpsynth_cli.online import state as state_io
 from dpsynth_cli.online.cube import StreamCube
 from dpsynth_cli.online.engine import OnlineEngine, apriori_bound
+from dpsynth_cli.online.marginals import MarginalsEngine
 from dpsynth_cli.online.params import ALLOCATIONS, SPARSE_SHARE, OnlinePlan
 from dpsynth_cli.online.stream import RowStream, from_table, rebatch
 from dpsynth_cli.online.timeline import Timeline, file_stamp, time_rule, time_text
@@ -113,6 +115,47 @@ class ReplayOptions:
     release_at_end: bool = False  # a calendar release after the last row: needs the next flag
     row_counts_public: bool = False  # declares the row count at the end of each run public
     constraints: tuple[Constraint, ...] = ()  # the schema's, on chosen columns (post-processing)
+    mechanism: str = "auto"  # "partition", "marginals" (`online.marginals`) or `choose_mechanism`
+
+
+MECHANISMS = ("auto", "partition", "marginals")
+AUTO_RULE = (
+    "auto: marginals without --state when synth's auto rule picks marginals for these columns, "
+    "eps and the stream's number of rows at the end of the run (public), with "
+    "--neighboring's sensitivity; otherwise (and with --state) partition"
+)
+MARGINALS_STATE = (
+    "--mechanism marginals cannot continue a --state: its node schedule is fixed by the "
+    "checkpoints of one run; leave out --state (each run is then a new eps-DP release) or use "
+    "--mechanism partition"
+)
+
+
+def check_mechanism(options: ReplayOptions, state_dir: str | None) -> None:
+    """Usage errors of --mechanism (before the input is opened)."""
+    if options.mechanism not in MECHANISMS:
+        raise UsageError(f"--mechanism must be one of {', '.join(MECHANISMS)}")
+    if options.mechanism == "marginals" and state_dir:
+        raise UsageError(MARGINALS_STATE)
+
+
+def choose_mechanism(
+    options: ReplayOptions, specs: list[ColumnSpec], state_dir: str | None, rows: int
+) -> str:
+    """The online mechanism for `--mechanism auto` (AUTO_RULE), from public facts only: the
+    flags, the declared columns and the number of rows of the stream (public, PRIVACY_MODEL).
+    Measured: marginals on seattle-weather and flights (docs/benchmarks.md, "online-replay on
+    real mixed tables"); partition on the numeric streams before issue 25."""
+    if options.mechanism != "auto":
+        return options.mechanism
+    if state_dir:
+        return "partition"
+    dom = StreamCube(tuple(specs)).domain
+    levels = bool(dom.lead_bits())
+    name = select.choose(
+        dom.cube_dim, Fraction(options.epsilon), rows, options.relation, levels, len(specs)
+    )
+    return "marginals" if name == "marginals" else "partition"
 
 
 @dataclass
@@ -150,6 +193,8 @@ def plan_for(options: ReplayOptions, specs: list[ColumnSpec]) -> OnlinePlan:
         raise UsageError("--output-format must be csv or parquet")
     if options.allocation not in ALLOCATIONS:
         raise UsageError(f"--allocation must be one of {', '.join(ALLOCATIONS)}")
+    if options.mechanism not in MECHANISMS:
+        raise UsageError(f"--mechanism must be one of {', '.join(MECHANISMS)}")
     if options.input_mode not in ("whole", "new"):
         raise UsageError("--input-mode must be whole or new")
     if options.release_at_end and not options.row_counts_public:
@@ -226,17 +271,20 @@ def replay(
     Returns the report (also written to OUT_DIR/online-replay.report.json) and the files written.
     """
     plan = plan_for(options, specs)
+    check_mechanism(options, state_dir)
     check_dirs(out_dir, state_dir)
     out_dir = os.path.abspath(out_dir)  # the state lists pending files: any working directory
     ident = state_io.identity(plan, specs)
     lock = state_io.locked(state_dir) if state_dir else contextlib.nullcontext()
     with lock:
         engine, meta = state_io.load(state_dir, plan, ident) if state_dir else (None, {})
-        engine = engine or OnlineEngine(plan)
         _finish_pending(meta, out_dir, state_dir)
         if isinstance(rows, pa.Table):
             by_time = time_rule(options.checkpoints) is not None
             rows = from_table(rows, specs, options.order_by, by_time)
+        if choose_mechanism(options, specs, state_dir, rows.rows) == "marginals":
+            engine = MarginalsEngine(StreamCube(tuple(specs)), plan.epsilon, plan.relation)
+        engine = engine or OnlineEngine(plan)
         new = _new_rows(rows, engine, meta, options)
         with _created(out_dir), _staging(state_dir) as staging:
             return _run(
@@ -466,11 +514,16 @@ def _run(engine, meta, new, plan, specs, options, source, dirs, state_dir, comma
     start = engine.t  # rows replayed before this run (secret: never reported)
     end = start + new.count  # the number of rows is public (PRIVACY_MODEL)
     stops = _stops(options, meta, rows_timeline, start, end)
+    marginal = isinstance(engine, MarginalsEngine)
+    if marginal:
+        engine.prepare(list(stops), end)
     released: list[dict[str, Any]] = []
     pending: list[list[str]] = []  # [staged, final]
 
     def release(t: int, tau: float | None) -> None:
-        if rules is None:
+        if marginal:
+            table = engine.table(rng, rules)
+        elif rules is None:
             table = cube.to_table(engine.release(rng))
         else:
             table = cube.conditioned_table(engine.leaf_counts(rng), engine.level, rules, rng)
@@ -482,7 +535,9 @@ def _run(engine, meta, new, plan, specs, options, source, dirs, state_dir, comma
         entry: dict[str, Any] = {"rows": t}
         if tau is not None:
             entry["time"] = time_text(tau)
-        entry.update({"file": name, "depth": max(engine.level, 0), **apriori_bound(plan, t)})
+        entry["file"] = name
+        if not marginal:
+            entry.update({"depth": max(engine.level, 0), **apriori_bound(plan, t)})
         released.append(entry)
 
     def on_stop(t: int) -> None:
@@ -516,13 +571,15 @@ def _run(engine, meta, new, plan, specs, options, source, dirs, state_dir, comma
             with contextlib.suppress(OSError):
                 os.unlink(path)
         raise
-    ledger = _ledger(plan)
+    ledger = engine.ledger() if marginal else _ledger(plan)
     with signals_held():  # committed: a stop waits until every release is in OUT_DIR
         for path, final in pending:
             _publish(path, final)
     files = [final for _, final in pending]
+    mechanism = engine.to_json() if marginal else _partition_json(plan)
+    mechanism["chosen"] = {"requested": options.mechanism, "rule": AUTO_RULE}
     report = build_report(
-        plan, specs, ledger, history, released, meta["seeded"], command, state_dir, options
+        mechanism, specs, ledger, history, released, meta["seeded"], command, state_dir, options
     )
     report_path = os.path.join(out_dir, REPORT_NAME)
     atomic_write_bytes(report_path, json.dumps(report, indent=2) + "\n")
@@ -532,8 +589,22 @@ def _run(engine, meta, new, plan, specs, options, source, dirs, state_dir, comma
     return ReplayResult(report, files + [report_path], weak_guarantee_notice(options.epsilon))
 
 
-def build_report(plan, specs, ledger, history, released, seeded, command, state_dir, options):
+def _partition_json(plan: OnlinePlan) -> dict[str, Any]:
+    return {
+        "name": "online synthetic data (dissertation Algorithms 10-12, event-driven)",
+        **plan.to_json(),
+    }
+
+
+MARGINALS_ACCURACY = (
+    "--mechanism marginals: no a-priori W1 bound (the model keeps only the dependences of one "
+    "tree and its second parents); measured in docs/benchmarks.md"
+)
+
+
+def build_report(mechanism, specs, ledger, history, released, seeded, command, state_dir, options):
     """The public report: flags, the ledger, the checkpoints and their a-priori bounds only."""
+    marginal = mechanism["name"].startswith("online marginals")
     return {
         "schema": SCHEMA,
         "tool": {"name": "dpsynth", "version": __version__},
@@ -541,11 +612,10 @@ def build_report(plan, specs, ledger, history, released, seeded, command, state_
         "seeded": seeded,
         "release": NOT_FOR_RELEASE if seeded else "ok",
         "privacy_model": PRIVACY_MODEL,
-        "neighbouring_relation": plan.relation,
-        "neighbouring_relation_meaning": RELATION_MEANING[plan.relation],
+        "neighbouring_relation": options.relation,
+        "neighbouring_relation_meaning": RELATION_MEANING[options.relation],
         "mechanism": {
-            "name": "online synthetic data (dissertation Algorithms 10-12, event-driven)",
-            **plan.to_json(),
+            **mechanism,
             "order_by": options.order_by,
             "checkpoints": options.checkpoints,
             "release_at_end": options.release_at_end,
@@ -561,7 +631,9 @@ def build_report(plan, specs, ledger, history, released, seeded, command, state_
         "checkpoints": history,
         "metric": Domain(tuple(specs)).metric(),
         "constraints": describe(options.constraints) if options.constraints else None,
-        "accuracy_note": "w1_bound_mixed_metric: a-priori bound on expected W1 in the metric "
+        "accuracy_note": MARGINALS_ACCURACY
+        if marginal
+        else "w1_bound_mixed_metric: a-priori bound on expected W1 in the metric "
         "(`metric`: levels at distance 1, the other columns L-infinity on the unit cube; with "
         "no boolean or category column also given as w1_bound_unit_cube) from Lemma 5.10 and "
         "(5.7)-(5.9) with worst-case unseen rows, for the released points before the output "

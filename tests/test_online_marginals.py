@@ -1,0 +1,265 @@
+"""online-replay --mechanism marginals (issue 25): the continual marginals mechanism
+(`online.marginals`). Its ledger adds up to eps exactly; the node schedule counts every segment
+once in every release; neighbouring files through the real CLI (the adversarial mixed rows)
+give identical outputs once the counted values are forced equal; an audit of the released
+counts of neighbouring streams on the Binary Mechanism's schedule, with a mutant that forgets
+the nodes-per-row factor of the noise scale (caught); releases well-formed, constraints held."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from dpsynth_cli.domain import ColumnSpec
+from dpsynth_cli.online import marginals as om
+from dpsynth_cli.online.cube import StreamCube
+from dpsynth_cli.online.replay import REPORT_NAME
+from dpsynth_cli.privacy.noise import RandomSource
+from tests.audit import audit
+from tests.test_neighbours_mixed import ROWS as MIXED_ROWS
+from tests.test_online_cli import listing, one_line_error, run
+from tests.test_online_engine import src
+from tests.test_online_mixed import COMMON, SCHEMA, mixed_lines, write
+
+MARGINALS = ["--mechanism", "marginals"]
+CHECKPOINTS = ["--checkpoints", "every:30d"]
+
+
+# -- the node schedule and the ledger --------------------------------------------------------------
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 7, 8, 13, 40])
+@pytest.mark.parametrize("top", [0, 1, 2, 3])
+def test_every_release_counts_every_segment_once(k, top):
+    """Release j sums nodes covering segments 1..j exactly once each; a segment is in at most
+    `per_row` of the used nodes (the noise scale's factor), and the nodes a release sums are
+    complete by then (their last segment has ended)."""
+    sched = om.Schedule(k, top)
+    for j in range(1, k + 1):
+        covered = np.zeros(k + 2, dtype=int)
+        for level, a in sched.sums(j):
+            covered[(a << level) + 1 : ((a + 1) << level) + 1] += 1
+            assert om.Schedule.end((level, a)) <= j
+        assert (covered[1 : j + 1] == 1).all() and not covered[j + 1 :].any()
+    summed = {n for j in range(1, k + 1) for n in sched.sums(j)}
+    every = {(lv, a) for lv in range(top + 1) for a in range(k + 1)}
+    assert {n for n in every if sched.used(n)} == summed
+    assert max(len(sched.nodes_of(i)) for i in range(1, k + 1)) == sched.per_row
+    assert sched.per_row <= top + 1
+
+
+def test_schedule_rule():
+    """Few checkpoints: the segments one by one (m = 1); many: the Binary Mechanism's tree."""
+    assert om.schedule(4).top == 0 and om.schedule(4).per_row == 1
+    big = om.schedule(4096)
+    assert big.top > 0 and big.worst() < 4096
+
+
+@pytest.mark.parametrize("eps", [1, 0.3, 2.5])
+@pytest.mark.parametrize("relation", ["replace", "add-remove"])
+@pytest.mark.parametrize("checkpoints", [1, 3, 1000])
+def test_ledger_sums_to_eps_exactly(eps, relation, checkpoints):
+    eng = engine(Fraction(eps), relation)
+    eng.prepare(list(range(10, 10 * checkpoints + 1, 10)), 10 * checkpoints)
+    ledger = eng.ledger()
+    assert ledger.pure_spent == Fraction(eps)
+    mp = eng.plan
+    sens = 2 if relation == "replace" else 1
+    d = len(mp.attributes)
+    assert mp.one_way_scale >= Fraction(sens * d * mp.per_row) / mp.one_way
+    assert mp.pair_scale >= Fraction(sens * d * (d - 1) // 2 * mp.per_row) / mp.pairs
+    assert mp.per_row == eng.sched.per_row
+
+
+def engine(eps: Fraction, relation: str, cube: StreamCube | None = None) -> om.MarginalsEngine:
+    eng = om.MarginalsEngine(cube or CUBE, eps, relation)
+    eng.use(src(f"eng-{eps}-{relation}"))
+    return eng
+
+
+CUBE = StreamCube(
+    (
+        ColumnSpec("ward", "category", 0.0, 3.0, levels=("A", "B", "C", "D")),
+        ColumnSpec("x", "float", 0.0, 1.0),
+        ColumnSpec("n", "integer", 0.0, 9.0),
+    )
+)
+
+
+# -- audit on neighbouring streams -----------------------------------------------------------------
+AUDIT_CUBE = StreamCube((ColumnSpec("b", "boolean", 0.0, 1.0, levels=("false", "true")),))
+
+
+class _OneStream(RandomSource):
+    """A seeded source whose children are itself: i.i.d. runs draw one after another from one
+    stream (fast: no refill per spawned child)."""
+
+    def spawn(self, name: str) -> RandomSource:
+        return self
+
+
+def released_after(X: np.ndarray, runs: int, label: str, mutant: bool) -> np.ndarray:
+    """min over the two checkpoints of (released count of `false` - its count in the base
+    stream), on the Binary Mechanism's schedule for K = 2 (segment 1 in two nodes)."""
+    out = np.empty(runs)
+    source = _OneStream(_seed=int.from_bytes(label.encode()[:8], "little"))
+    for r in range(runs):
+        eng = om.MarginalsEngine(AUDIT_CUBE, Fraction(1), "add-remove")
+        eng.use(source)
+        eng.prepare([10, 20], 20)
+        eng.sched = om.Schedule(2, 1)  # the Binary Mechanism's tree (K = 2 would pick h = 0)
+        eng.plan = replace(eng.plan, per_row=1 if mutant else eng.sched.per_row)
+        eng.feed(X[:10], [10])
+        first = eng._summed_one_way(1)[0][0] - 10
+        eng.feed(X[10:], [20])
+        out[r] = min(first, eng._summed_one_way(2)[0][0] - 20)
+    return out
+
+
+def test_audit_of_the_released_counts_and_a_mutant():
+    """Add-remove: one row of segment 1 (level `false`) present or its slot empty. It is in two
+    nodes, both released (checkpoints 1 and 2): the min over both of the noisy count minus the
+    base count has tail ratio e^(2 / scale) = e^eps with scale 2 = 1 x 1 column x 2 nodes. The
+    mutant drops the nodes-per-row factor (scale 1): eps 2, which the audit must see."""
+    X = AUDIT_CUBE.to_cube(np.zeros((20, 1)))
+    X2 = X.copy()
+    X2[3] = np.nan  # an empty time slot
+    results = {}
+    for mutant, runs in ((False, 1600), (True, 700)):
+        a = released_after(X, runs, f"ma{mutant}", mutant)
+        b = released_after(X2, runs, f"mb{mutant}", mutant)
+        results[mutant] = audit(a, b)
+    print(
+        f"\n[online marginals] audit {results[False].summary()}; mutant {results[True].summary()}"
+    )
+    results[False].assert_within(1.0)
+    results[True].assert_exceeds(1.0)
+
+
+# -- through the CLI -------------------------------------------------------------------------------
+def forced_feed(monkeypatch) -> None:
+    """The counted values forced equal on both sides: what is left to differ is what a value
+    decides outside the ledger (as tests/test_online_mixed.py does for the partition engine)."""
+    feed = om.MarginalsEngine.feed
+    monkeypatch.setattr(
+        om.MarginalsEngine,
+        "feed",
+        lambda self, X, *a, **k: feed(self, np.full_like(X, 0.3), *a, **k),
+    )
+
+
+def neighbours(runner, tmp_path, monkeypatch, schema: dict, row: str | None) -> list[tuple]:
+    seen = []
+    for side in ("base", "neighbour"):
+        work = tmp_path / side
+        lines = mixed_lines(1000)
+        if side == "neighbour" and row is not None:
+            lines[301] = lines[301][:10] + "," + MIXED_ROWS[row]
+        write(work, lines, schema=schema)
+        monkeypatch.chdir(work)
+        result = run(runner, "s.csv", *COMMON, *CHECKPOINTS, *MARGINALS, "--out-dir", "rel")
+        seen.append((result.exit_code, result.output, listing(work / "rel")))
+    return seen
+
+
+@pytest.mark.parametrize("row", [*MIXED_ROWS, "not forced"])
+def test_mixed_csv_neighbours_are_indistinguishable(runner, tmp_path, monkeypatch, row):
+    """The row at time 302 of 1000 replaced by an adversarial one (its time kept): releases, file
+    names, report, messages and exit code identical once the counted values are forced equal;
+    "not forced" shows the comparison can fail."""
+    if row != "not forced":
+        forced_feed(monkeypatch)
+    other = "all missing" if row == "not forced" else row
+    seen = neighbours(runner, tmp_path, monkeypatch, SCHEMA, other)
+    assert seen[0][0] == 0 and len(seen[0][2]) == 4, seen[0][1]
+    if row == "not forced":
+        name = sorted(seen[0][2])[-1]
+        assert name.startswith("release-") and seen[0][2][name] != seen[1][2][name]
+    else:
+        assert seen[0] == seen[1]
+
+
+CONSTRAINED = {**SCHEMA, "constraints": ["day >= floor(at)", "n <= 5"]}
+
+
+def test_releases_are_well_formed_and_obey_the_constraints(runner, tmp_path, monkeypatch):
+    """Every checkpoint's release: exactly t rows, the declared columns and types, levels among
+    the declared ones (or `other`), the constraints held; the report's ledger adds to eps."""
+    write(tmp_path, mixed_lines(1000), schema=CONSTRAINED)
+    monkeypatch.chdir(tmp_path)
+    result = run(
+        runner, "s.csv", *COMMON, "--checkpoints", "monthly", *MARGINALS, "--out-dir", "rel"
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "rel" / REPORT_NAME).read_text())
+    assert [c["rows"] for c in report["checkpoints"]] == [310, 590, 900]
+    assert report["ledger"]["total_epsilon_exact"] == "1"
+    assert {e["step"] for e in report["ledger"]["entries"]} == {
+        "online-marginals:one-way",
+        "online-marginals:two-way",
+    }
+    assert report["mechanism"]["node_schedule"]["checkpoints"] == 3
+    assert "no a-priori W1 bound" in report["accuracy_note"]
+    assert "vacuous" not in result.output
+    for c in report["checkpoints"]:
+        assert "w1_bound_mixed_metric" not in c
+        out = pq.read_table(tmp_path / "rel" / c["file"])
+        assert out.num_rows == c["rows"] and out.schema.names == list(SCHEMA["columns"])
+        assert set(out.column("sex").to_pylist()) <= {"F", "M"}
+        assert set(out.column("ward").to_pylist()) <= {"A", "B", "other"}
+        assert out.schema.field("day").type == pa.date32()
+        assert pa.types.is_timestamp(out.schema.field("at").type)
+        assert out.schema.field("smoker").type == pa.bool_()
+        n = out.column("n").to_numpy(zero_copy_only=False)
+        assert np.all(np.isnan(n) | (n <= 5))
+
+
+@pytest.mark.parametrize(
+    "flags,says",
+    [
+        (["--state", "st"], "cannot continue a --state"),
+        (["--mechanism", "privtree"], "--mechanism must be one of auto, partition, marginals"),
+    ],
+)
+def test_usage_errors(runner, tmp_path, monkeypatch, flags, says):
+    write(tmp_path, mixed_lines(50))
+    monkeypatch.chdir(tmp_path)
+    args = ["s.csv", *COMMON, *CHECKPOINTS, *MARGINALS, *flags, "--out-dir", "rel"]
+    result = run(runner, *args)
+    one_line_error(result, 2)
+    assert says in result.output
+    assert not Path("rel").exists() and not Path("st").exists()
+
+
+def test_auto_rule():
+    """auto: marginals without --state where synth's rule picks it (>= 4 columns, eps x rows /
+    (sensitivity x columns) >= 90), else partition; with --state always partition."""
+    from dpsynth_cli.online.replay import ReplayOptions, choose_mechanism
+
+    specs = [ColumnSpec(f"c{i}", "float", 0.0, 1.0) for i in range(5)]
+    wide = ReplayOptions(1.0, relation="add-remove")
+    assert choose_mechanism(wide, specs, None, 450) == "marginals"  # 450 / 5 = 90
+    assert choose_mechanism(wide, specs, None, 449) == "partition"
+    assert choose_mechanism(wide, specs, "state", 10**6) == "partition"
+    assert choose_mechanism(ReplayOptions(1.0), specs, None, 450) == "partition"  # replace: 45
+    assert choose_mechanism(wide, specs[:3], None, 10**6) == "partition"  # 3 columns
+    fixed = ReplayOptions(1.0, relation="add-remove", mechanism="partition")
+    assert choose_mechanism(fixed, specs, None, 10**6) == "partition"
+
+
+def test_auto_picks_marginals_on_a_mixed_stream(runner, tmp_path, monkeypatch):
+    write(tmp_path, mixed_lines(1000))
+    monkeypatch.chdir(tmp_path)
+    args = ["s.csv", *COMMON, *CHECKPOINTS, "--neighboring", "add-remove", "--out-dir", "rel"]
+    assert run(runner, *args).exit_code == 0
+    report = json.loads((tmp_path / "rel" / REPORT_NAME).read_text())
+    assert report["mechanism"]["name"].startswith("online marginals")
+    assert report["mechanism"]["chosen"]["requested"] == "auto"
+    assert run(runner, *args[:-2], "--out-dir", "rel2", "--state", "st").exit_code == 0
+    report = json.loads((tmp_path / "rel2" / REPORT_NAME).read_text())
+    assert report["mechanism"]["name"].startswith("online synthetic data")
