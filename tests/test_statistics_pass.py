@@ -133,14 +133,21 @@ def test_streamed_pipeline_gives_the_stored_seeded_outputs(case, monkeypatch) ->
     assert len(reads) == 1
 
 
-def test_a_failed_spill_reads_the_input_again_with_the_same_release(monkeypatch) -> None:
-    """A spill that cannot be written (a full disk: /dev/full) is dropped, and the later passes
-    read the input again: the same outputs, so the outcome never depends on the disk."""
+def _no_temporary_file(**_):
+    raise PermissionError("no usable temporary directory")
+
+
+@pytest.mark.parametrize(
+    "make", [lambda **_: open("/dev/full", "w+b", buffering=0), _no_temporary_file]
+)
+def test_a_failed_spill_reads_the_input_again_with_the_same_release(make, monkeypatch) -> None:
+    """A spill that cannot be written (a full disk: /dev/full) or made (no usable $TMPDIR) is
+    dropped, and the later passes read the input again: the same outputs, so the outcome never
+    depends on the disk."""
     from dpsynth_cli.engine import rows as rows_module
 
     monkeypatch.setattr(privtree, "PASS_BITS", 6)
-    full = lambda **_: open("/dev/full", "w+b", buffering=0)  # noqa: E731
-    monkeypatch.setattr(rows_module.tempfile, "TemporaryFile", full)
+    monkeypatch.setattr(rows_module.tempfile, "TemporaryFile", make)
     stored = np.load(DATA)
     for name in ("privtree-3d-deep", "dim2-5d", "bounds-2d"):
         reads: list[int] = []

@@ -14,6 +14,7 @@ record batches read from files (`engine.local`), or Dask partitions (`engine.das
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -142,7 +143,9 @@ class Spill:
         self.shape: tuple[int, ...] = ()  # of one row: () for a value per row, else (d,)
         self.rows = 0
         # Unbuffered: every write reaches the system at once, so a full disk raises here.
-        self.file: IO[bytes] | None = tempfile.TemporaryFile(prefix="dpsynth-", buffering=0)
+        self.file: IO[bytes] | None = None
+        with contextlib.suppress(OSError):  # no usable $TMPDIR: no spill
+            self.file = tempfile.TemporaryFile(prefix="dpsynth-", buffering=0)
 
     def add(self, X: np.ndarray) -> None:
         if self.file is None:
