@@ -275,7 +275,10 @@ class SubtreeCounts:
     # Dense (8 bytes a cell, at most 2^24 cells a pass) once a batch or the merged keys fill
     # this share: past it, sorting keys (np.unique) costs more than adding into the array.
     DENSE_FILL = 1 / 64
-    LOOKUP_BITS = 24  # the ancestors' table: 2^24 entries at most (64 MiB of int32)
+    # The ancestors' table: 2^25 entries at most (128 MiB of int32). PrivTree's second pass
+    # starts at level 25 (its first histogram answers levels up to 24), so its roots are found
+    # by one lookup a row: 86 -> 16 ns a row on 10^8 rows (docs/benchmarks.md, "One pass").
+    LOOKUP_BITS = 25
 
     def __post_init__(self) -> None:
         self._keys = np.zeros(0, dtype=np.int64)
