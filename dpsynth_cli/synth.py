@@ -276,8 +276,9 @@ class CountAndBounds:
             self.spill.add(X)
 
     def spills(self) -> list[Spill]:
-        """The spill files the statistics wrote (closed with the run)."""
-        return [a.codes for a in self.ahead if getattr(a, "codes", None) is not None]
+        """The spill files this pass wrote, its own and its statistics' (closed with the run)."""
+        codes = (getattr(a, "codes", None) for a in self.ahead)
+        return [s for s in (self.spill, *codes) if s is not None]
 
     def merge(self, other: CountAndBounds) -> CountAndBounds:
         self.n += other.n
@@ -347,7 +348,7 @@ def _synthesize(
         spill = Spill()
     made = partial(CountAndBounds, undeclared, declared, ahead, spill, streamed)
     first = raw.collect(made)
-    spills += [spill, *first.spills()] if spill else first.spills()
+    spills += first.spills()
     specs, notices = _complete_bounds(first.fine, specs, budget, source, ledger)
     domain = Domain(tuple(specs))
     # The mechanisms' cube: level columns first, split first (`partition`); mapped back below.

@@ -232,7 +232,7 @@ def measure_one_way(
 ) -> list[np.ndarray]:
     """The one-way histograms plus discrete Laplace noise (spend recorded)."""
     scale = mp.one_way_scale
-    draws = noise.discrete_laplace(source, scale, sum(c.size for c in counts))
+    noisy = add_noise(counts, scale, source)
     ledger.record(
         Spend(
             step="marginals-one-way",
@@ -247,8 +247,16 @@ def measure_one_way(
             },
         )
     )
-    ends = np.cumsum([c.size for c in counts])[:-1]
-    return [c + z for c, z in zip(counts, np.split(draws, ends), strict=True)]
+    return noisy
+
+
+def add_noise(arrays: list[np.ndarray], scale: Fraction, source: noise.RandomSource):
+    """Each array plus discrete Laplace noise of `scale`, drawn in one batch, in order."""
+    if not arrays:
+        return []
+    draws = noise.discrete_laplace(source, scale, sum(a.size for a in arrays))
+    ends = np.cumsum([a.size for a in arrays])[:-1]
+    return [a + z.reshape(a.shape) for a, z in zip(arrays, np.split(draws, ends), strict=True)]
 
 
 def consistent_one_way(
@@ -532,15 +540,10 @@ def measure(
 ) -> dict[tuple[int, int], np.ndarray]:
     """These pairs' two-way histograms on the bins plus discrete Laplace noise of the plan's
     scale (the spend is recorded by `record_spends`)."""
-    if not pairs:
+    if not pairs:  # nothing measured (no pair budget to scale by)
         return {}
-    sizes = [tables[e].size for e in pairs]
-    draws = noise.discrete_laplace(source, mp.pair_scale, sum(sizes))
-    out, at = {}, 0
-    for e, size in zip(pairs, sizes, strict=True):
-        out[e] = tables[e] + draws[at : at + size].reshape(tables[e].shape)
-        at += size
-    return out
+    noisy = add_noise([tables[e] for e in pairs], mp.pair_scale, source)
+    return dict(zip(pairs, noisy, strict=True))
 
 
 def build_model(

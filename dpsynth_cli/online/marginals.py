@@ -276,9 +276,7 @@ class MarginalsEngine:
             np.bincount(a.atom_value(), weights=c, minlength=a.values).astype(np.int64)
             for a, c in zip(mp.attributes, counts.one_way, strict=True)
         ]
-        z = noise.discrete_laplace(self._one_src, mp.one_way_scale, sum(e.size for e in exact))
-        ends = np.cumsum([e.size for e in exact])[:-1]
-        return [e + n for e, n in zip(exact, np.split(z, ends), strict=True)]
+        return pairs.add_noise(exact, mp.one_way_scale, self._one_src)
 
     def _fix_bins(self) -> list[np.ndarray]:
         """Bins from the first checkpoint's released one-way counts (post-processing)."""
@@ -293,14 +291,7 @@ class MarginalsEngine:
         pair_bin = [b[a.pair_coarse()] for a, b in zip(mp.attributes, self._bins, strict=True)]
         k = [int(b.max()) + 1 for b in self._bins]
         tables = pairs.binned_tables(counts.two_way, pair_bin, k)
-        keys = list(counts.two_way)
-        z = noise.discrete_laplace(self._two_src, mp.pair_scale, sum(tables[e].size for e in keys))
-        out, at = {}, 0
-        for e in keys:
-            size = tables[e].size
-            out[e] = tables[e] + z[at : at + size].reshape(tables[e].shape)
-            at += size
-        return out
+        return pairs.measure(tables, list(counts.two_way), mp, self._two_src)
 
     # -- releases -------------------------------------------------------------------------------
     def _at(self, k: int) -> ContinualPlan:
