@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from dpsynth_cli.constraints import Constraint, choose, describe
 from dpsynth_cli.domain import ColumnSpec, Domain, bounds_flag
+from dpsynth_cli.engine import threads
 from dpsynth_cli.engine.plan import BatchPlan, Place
 from dpsynth_cli.engine.rows import BatchesSource, Rows, Spill, SpillSource
 from dpsynth_cli.engine.values import TableData, value_rows
@@ -222,9 +223,7 @@ class SynthResult:
 
     def batches(self, batch_rows: int | None = None) -> Iterator[pa.Table]:
         """The synthetic table in original units, at most `batch_rows` rows per piece."""
-        tables = self.tables
-        for batch in self.plan(batch_rows):
-            yield tables(batch)
+        return threads.ordered_map(self.tables, self.plan(batch_rows))
 
     @property
     def table(self) -> pa.Table:
@@ -242,15 +241,20 @@ class CountAndBounds:
     columns: tuple[int, ...]
     domain: Domain | None = None
     mechanisms: tuple[str, ...] = ()
-    # The rows as the later passes read them (the cube with `domain`, else the value rows),
-    # written once so that those passes need not read and parse the input again.
-    spill: Spill | None = None
+    # Whether to write the rows as the later passes read them (the cube with `domain`, else the
+    # value rows) to `spill`, so that those passes need not read and parse the input again.
+    spilled: bool = False
     streamed: bool = False  # a local pass over streamed input: `ahead` may spill its codes
     n: int = 0
     fine: dict[int, np.ndarray] = field(init=False)
     ahead: tuple[Any, ...] = field(init=False, default=())
+    spill: Spill | None = field(init=False, default=None)
+
+    ANY_ORDER = True  # exact counts; its statistics' and spill's merges too
 
     def __post_init__(self) -> None:
+        if self.spilled:
+            self.spill = Spill()
         self.fine = {j: histograms(np.empty(0)) for j in self.columns}
         dom = self.domain
         if dom is not None:
@@ -286,6 +290,8 @@ class CountAndBounds:
             self.fine[j] += other.fine[j]
         for mine, theirs in zip(self.ahead, other.ahead, strict=True):
             mine.merge(theirs)
+        if self.spill is not None and other.spill is not None:
+            self.spill.merge(other.spill)
         return self
 
 
@@ -343,12 +349,11 @@ def _synthesize(
     if len(specs) > pairs.MAX_COLUMNS:
         ahead = tuple(m for m in ahead if m != "marginals")
     # Streamed rows that a later pass will read go to a spill (`ahead` spills its own codes).
-    spill = None
-    if streamed and (dim != 0 or undeclared or declared.lead_bits() or not ahead):
-        spill = Spill()
-    made = partial(CountAndBounds, undeclared, declared, ahead, spill, streamed)
+    spilled = streamed and bool(dim != 0 or undeclared or declared.lead_bits() or not ahead)
+    made = partial(CountAndBounds, undeclared, declared, ahead, spilled, streamed)
     first = raw.collect(made)
     spills += first.spills()
+    spill = first.spill
     specs, notices = _complete_bounds(first.fine, specs, budget, source, ledger)
     domain = Domain(tuple(specs))
     # The mechanisms' cube: level columns first, split first (`partition`); mapped back below.

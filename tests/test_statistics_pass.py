@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from dpsynth_cli.engine import threads
 from dpsynth_cli.engine.rows import BatchesSource, Rows, as_rows
 from dpsynth_cli.mechanisms import grid, partition, privtree
 from dpsynth_cli.mechanisms.base import Output, split_batches
@@ -117,12 +118,15 @@ def _streamed(monkeypatch, reads: list[int]) -> None:
     monkeypatch.setattr(synth, "value_rows", streamed)
 
 
+@pytest.mark.parametrize("cores", [1, 4])
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_streamed_pipeline_gives_the_stored_seeded_outputs(case, monkeypatch) -> None:
+def test_streamed_pipeline_gives_the_stored_seeded_outputs(case, cores, monkeypatch) -> None:
     """The real pipeline on record batches of 97 rows, PrivTree allowed only 2^6 cells per pass
     (so deep trees take many passes) and finding roots through a table of 2^3 ancestors, gives
     the outputs stored before the refactor, and reads the input once (issue 27: the later
-    passes read the first pass's spill, cube rows or cell codes)."""
+    passes read the first pass's spill, cube rows or cell codes), on one thread or several
+    (`threads`: each takes batches into its own statistic and spill; they merge)."""
+    monkeypatch.setattr(threads, "cores", lambda: cores)
     monkeypatch.setattr(privtree, "PASS_BITS", 6)
     monkeypatch.setattr(partition.SubtreeCounts, "LOOKUP_BITS", 3)
     reads: list[int] = []

@@ -22,6 +22,8 @@ from typing import IO, Any, Protocol, TypeVar
 
 import numpy as np
 
+from dpsynth_cli.engine import threads
+
 Transform = Callable[[np.ndarray], np.ndarray]
 
 
@@ -109,10 +111,35 @@ class BatchesSource:
     batches: Callable[[], Iterable[np.ndarray]]
 
     def collect(self, make: Callable[[], A], transform: Transform) -> A:
-        acc = make()
-        for X in self.batches():
-            acc.add(transform(X))
-        return acc
+        return collect_batches(self.batches(), make, transform)
+
+
+def any_order(acc: Accumulator) -> bool:
+    """Whether merging acc's batches in any order, split any way, gives the same statistic bit
+    for bit (its class says `ANY_ORDER = True`: exact integer counts and sums). Only such
+    statistics are taken on several threads (`threads.collect`)."""
+    return bool(getattr(acc, "ANY_ORDER", False))
+
+
+def collect_batches(
+    batches: Iterable[np.ndarray], make: Callable[[], A], transform: Transform
+) -> A:
+    """A pass over a stream of batches: on the machine's cores when the statistic merges in any
+    order (the same result as one thread), else in one thread in stream order."""
+    first = make()
+    if not any_order(first):
+        for X in batches:
+            first.add(transform(X))
+        return first
+    made = [first]
+
+    def start() -> A:
+        return made.pop() if made else make()
+
+    def add(acc: A, X: np.ndarray) -> None:
+        acc.add(transform(X))
+
+    return threads.collect(batches, start, add)
 
 
 def as_rows(X: Rows | np.ndarray) -> Rows:
@@ -131,68 +158,86 @@ class Spill:
 
     The input is parsed, checked, rescaled and encoded once (issue 27): a later pass reads the
     rows (cube coordinates, or PrivTree's cell codes) from here at the speed of the page cache.
-    The file is unnamed (`TemporaryFile`: O_TMPFILE, or unlinked at once), so the rows never
-    have a name in the file system and go with the process, however it ends. Not mergeable: a
-    spill belongs to one local pass (Dask workers re-read their partitions). A failed write (a
+    Each file is unnamed (`TemporaryFile`: O_TMPFILE, or unlinked at once), so the rows never
+    have a name in the file system and go with the process, however it ends. Spills of one
+    process merge (the threads of a pass each write their own: `threads.collect`); a spill
+    belongs to local passes (Dask workers keep their partitions themselves). A failed write (a
     full disk) drops the spill and the later passes read the input again, so the outcome never
-    depends on how much was written.
+    depends on how much was written. The rows come back in file order, which passes whose
+    statistics merge in any order (`any_order`) do not see.
     """
 
     def __init__(self, dtype: type = np.float64) -> None:
         self.dtype = np.dtype(dtype)
         self.shape: tuple[int, ...] = ()  # of one row: () for a value per row, else (d,)
         self.rows = 0
-        # Unbuffered: every write reaches the system at once, so a full disk raises here.
-        self.file: IO[bytes] | None = None
+        # (file, rows in it); unbuffered: every write reaches the system at once, so a full
+        # disk raises here.
+        self.files: list[tuple[IO[bytes], int]] | None = None
         with contextlib.suppress(OSError):  # no usable $TMPDIR: no spill
-            self.file = tempfile.TemporaryFile(prefix="dpsynth-", buffering=0)
+            self.files = [(tempfile.TemporaryFile(prefix="dpsynth-", buffering=0), 0)]
 
     def add(self, X: np.ndarray) -> None:
-        if self.file is None:
+        if self.files is None:
             return
         if self.rows == 0:
             self.shape = X.shape[1:]
         if X.size == 0:
             return
         data = memoryview(np.ascontiguousarray(X, dtype=self.dtype)).cast("B")
+        file, rows = self.files[-1]
         try:
             while data:  # a raw write may take part of the buffer
-                data = data[self.file.write(data) :]
+                data = data[file.write(data) :]
         except OSError:
             self.close()
             return
+        self.files[-1] = (file, rows + X.shape[0])
         self.rows += X.shape[0]
 
     def merge(self, other: Spill) -> Spill:
-        raise TypeError("a spill is written by one local pass and does not merge")
+        """Both spills' rows (this one's first); not ok if either is not."""
+        if self.files is None or other.files is None:
+            self.close()
+            other.close()
+            return self
+        if other.rows:
+            if self.rows and other.shape != self.shape:
+                raise ValueError("spills of rows of different shapes do not merge")
+            self.shape = other.shape
+        self.files += other.files
+        self.rows += other.rows
+        other.files = None  # the files are this spill's now
+        return self
 
     @property
     def ok(self) -> bool:
         """Whether every row written is here (no write failed, not closed)."""
-        return self.file is not None
+        return self.files is not None
 
     def close(self) -> None:
-        if self.file is not None:
-            self.file.close()
-            self.file = None
+        for file, _ in self.files or ():
+            file.close()
+        self.files = None
 
     def batches(self) -> Iterator[np.ndarray]:
         """The rows as written, in batches of about SPILL_BATCH_BYTES."""
-        if self.file is None:
+        if self.files is None:
             raise RuntimeError("the spill is closed")
         width = int(np.prod(self.shape, dtype=np.int64))
         step = max(1, SPILL_BATCH_BYTES // (self.dtype.itemsize * max(width, 1)))
-        self.file.seek(0)
-        for lo in range(0, self.rows, step):
-            m = min(step, self.rows - lo)
-            X = np.empty((m, *self.shape), dtype=self.dtype)
-            view = memoryview(X).cast("B")
-            while view:
-                got = self.file.readinto(view)
-                if not got:
-                    raise OSError("a spill file ended early")
-                view = view[got:]
-            yield X
+        for file, rows in self.files:
+            file.seek(0)
+            for lo in range(0, rows, step):
+                m = min(step, rows - lo)
+                X = np.empty((m, *self.shape), dtype=self.dtype)
+                view = memoryview(X).cast("B")
+                while view:
+                    got = file.readinto(view)
+                    if not got:
+                        raise OSError("a spill file ended early")
+                    view = view[got:]
+                yield X
 
 
 @dataclass(frozen=True)
@@ -202,7 +247,4 @@ class SpillSource:
     spill: Spill
 
     def collect(self, make: Callable[[], A], transform: Transform) -> A:
-        acc = make()
-        for X in self.spill.batches():
-            acc.add(transform(X))
-        return acc
+        return collect_batches(self.spill.batches(), make, transform)

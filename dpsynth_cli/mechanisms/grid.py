@@ -19,6 +19,8 @@ from dpsynth_cli.mechanisms.base import Place
 class GridCounts:
     """Rows per cell of the grid with k cells per axis on coordinates 0..cut-1 (C order)."""
 
+    ANY_ORDER = True  # exact integers: any split and merge order, the same statistic
+
     k: int
     cut: int
     counts: np.ndarray = field(init=False)

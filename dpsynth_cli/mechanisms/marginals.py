@@ -53,6 +53,8 @@ class ColumnHistograms:
     (value column, its missing flag column) pairs: a value column counts only the rows whose
     flag says present (a missing value's placeholder 0 is no value: it would be a spike)."""
 
+    ANY_ORDER = True  # exact integers: any split and merge order, the same statistic
+
     bits: tuple[int, ...]
     flagged: tuple[tuple[int, int], ...] = ()
     counts: list[np.ndarray] = field(init=False)

@@ -62,6 +62,8 @@ def quantise(X: np.ndarray) -> np.ndarray:
 class MomentSums:
     """Exact integer sums of one or more batches of rows; batches merge by addition."""
 
+    ANY_ORDER = True  # exact integers: any split and merge order, the same statistic
+
     d: int
     first: np.ndarray  # S1, int64 (d,)
     second: np.ndarray  # S2, int64 (d, d), symmetric

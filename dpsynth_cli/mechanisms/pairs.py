@@ -195,6 +195,8 @@ class PairCounts:
     pair grids (exact integers; batches add). Its grids come from public facts alone, so synth
     takes it in its first pass, before the noisy count (`Rows.ahead`)."""
 
+    ANY_ORDER = True  # exact integers: any split and merge order, the same statistic
+
     attributes: tuple[Attribute, ...]
     one_way: list[np.ndarray] = field(init=False)
     two_way: dict[tuple[int, int], np.ndarray] = field(init=False)

@@ -233,6 +233,8 @@ def true_level_counts(X: Rows | np.ndarray, depth: int) -> list[np.ndarray]:
 class LeafCounts:
     """Rows per cell at `depth` (dense, int64, 2^depth cells): PMM's statistic; batches add."""
 
+    ANY_ORDER = True  # exact integers: any split and merge order, the same statistic
+
     depth: int
     d: int
     lead: Lead = ()
@@ -259,6 +261,8 @@ class SubtreeCounts:
     same histogram. `counts(cells, level)` answers for any cell at a level in [top, top + k]
     inside a root. PrivTree's statistic: one pass answers the tree's decisions over k levels.
     """
+
+    ANY_ORDER = True  # exact integers: any split and merge order, the same statistic
 
     roots: np.ndarray
     top: int

@@ -112,6 +112,7 @@ from typing import Any
 
 import numpy as np
 
+from dpsynth_cli.engine import threads
 from dpsynth_cli.engine.rows import BatchesSource, Rows, Spill, SpillSource, as_rows
 from dpsynth_cli.mechanisms import marginals, partition, placement
 from dpsynth_cli.mechanisms.base import (
@@ -347,8 +348,12 @@ class CodedCounts:
         inside = h.add_codes(codes >> (self.deep - h.top - h.k))
         self.spill.add(codes if inside is None else codes[inside])
 
+    ANY_ORDER = True  # exact counts; the spill's codes in any order
+
     def merge(self, other: CodedCounts) -> CodedCounts:
-        raise TypeError("spilled codes belong to one local pass and do not merge")
+        self.counts.merge(other.counts)
+        self.spill.merge(other.spill)
+        return self
 
 
 def deepest(d: int, lead: partition.Lead) -> int:
@@ -384,8 +389,12 @@ class FirstHistogram:
     def add(self, X: np.ndarray) -> None:
         (self.coded or self.counts).add(X)
 
+    ANY_ORDER = True
+
     def merge(self, other: FirstHistogram) -> FirstHistogram:
         self.counts.merge(other.counts)
+        if self.coded is not None and other.coded is not None:
+            self.coded.spill.merge(other.coded.spill)
         return self
 
     def take(self) -> partition.SubtreeCounts:
@@ -437,9 +446,11 @@ class NodeCounts:
             rows = self.rows
             make = partial(partition.SubtreeCounts, np.sort(cells), level, k, rows.d, rows.lead)
             if self.codes is not None:
-                coded = CodedCounts(make(), self.deep)
-                for codes in self.codes.batches():
-                    coded.add_codes(codes)
+                coded = threads.collect(
+                    self.codes.batches(),
+                    lambda: CodedCounts(make(), self.deep),
+                    CodedCounts.add_codes,
+                )
                 self._keep(coded.spill)
                 h = coded.counts
             elif self.local and level + k < self.max_depth <= self.deep:

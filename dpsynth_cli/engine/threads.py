@@ -1,0 +1,108 @@
+"""The machine's cores for work that is the same whatever thread does it (issue 27).
+
+numpy's array loops, its generators' bulk draws and pyarrow's readers and writers release the
+GIL, so threads run them side by side. Only work whose result does not depend on which thread
+does it, or in what order, is spread here: placing output batches (each has its own generator,
+`BatchPlan`) and adding batches to exact-integer statistics that merge in any order
+(`engine.rows`). A run's output is therefore the same with one thread or several.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+MAX_THREADS = 4  # past a few, the batches wait on memory bandwidth and the writer
+
+
+def cores() -> int:
+    """The cores this process may run on (its CPU affinity), at most MAX_THREADS."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        n = os.cpu_count() or 1
+    return max(1, min(n, MAX_THREADS))
+
+
+def ordered_map(f: Callable[[T], R], items: Iterable[T], threads: int | None = None) -> Iterator[R]:
+    """f over items on `threads` threads (default: `cores()`), results in the items' order.
+
+    Lazy with a bounded window: at most `threads` + 1 items are taken ahead of the one the caller
+    holds, so memory is a few results, never all of them. One thread: a plain map, in this one.
+    An error in f is raised when its result is reached; the rest are cancelled or waited for.
+    """
+    threads = cores() if threads is None else threads
+    if threads <= 1:
+        yield from map(f, items)
+        return
+    with ThreadPoolExecutor(threads, thread_name_prefix="dpsynth") as pool:
+        pending: deque[Future[R]] = deque()
+        try:
+            for item in items:
+                pending.append(pool.submit(f, item))
+                if len(pending) > threads:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for future in pending:
+                future.cancel()
+
+
+def collect(
+    batches: Iterable[T],
+    make: Callable[[], R],
+    add: Callable[[R, T], None],
+    threads: int | None = None,
+) -> R:
+    """One pass: every batch added to an accumulator from `make`, on `threads` threads.
+
+    Each thread adds the batches it takes (one at a time from the shared iterator, which only
+    one thread advances at once) to an accumulator of its own; the accumulators are merged at
+    the end (`merge`). For statistics that merge in any order to the same value (exact
+    integers, `rows.any_order`) this is the one-thread result, whichever thread took which
+    batch. The first error ends the pass: the other threads stop at their next batch.
+    """
+    threads = cores() if threads is None else threads
+    if threads <= 1:
+        acc = make()
+        for batch in batches:
+            add(acc, batch)
+        return acc
+    items, lock, stop = iter(batches), threading.Lock(), threading.Event()
+
+    def work() -> R:
+        acc = make()
+        try:
+            while not stop.is_set():
+                with lock:
+                    batch = next(items, _END)
+                if batch is _END:
+                    break
+                add(acc, batch)
+        except BaseException:
+            stop.set()
+            raise
+        return acc
+
+    with ThreadPoolExecutor(threads, thread_name_prefix="dpsynth") as pool:
+        futures = [pool.submit(work) for _ in range(threads)]
+        try:
+            accs = [future.result() for future in futures]
+        except BaseException:
+            stop.set()
+            raise
+    acc = accs[0]
+    for other in accs[1:]:
+        acc = acc.merge(other)
+    return acc
+
+
+_END = object()
