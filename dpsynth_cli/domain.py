@@ -359,28 +359,36 @@ class Domain:
     def written_codes(self, unit: np.ndarray, columns: list[int] | None = None) -> np.ndarray:
         """The codes `from_unit` writes for points of [0,1]^d (the given columns, default all):
         a level's index, whole codes for integer and date columns, whole seconds for datetime
-        ones, float values rounded to `decimals()`, all inside their bounds; NaN for missing."""
+        ones, float values rounded to `decimals()`, all inside their bounds; NaN for missing.
+
+        Column-major (each column's codes contiguous: the per-column work and the output's
+        arrays read memory in order)."""
         columns = list(range(len(self.columns))) if columns is None else columns
         lo, width = self._interval()
-        values = lo[columns] + unit[:, columns] * width[columns]
         decimals = self.decimals()
+        values = np.empty((len(columns), unit.shape[0]))
         for k, j in enumerate(columns):
-            col = self.columns[j]
+            col, v = self.columns[j], values[k]
+            np.multiply(unit[:, j], width[j], out=v)
+            v += lo[j]
             if j in self.level_columns:  # a slot's level (every slot has one)
                 size, slots = self.levels(j), self.slots(j)
                 slot = np.clip(np.floor(unit[:, j] * slots), 0, slots - 1).astype(np.int64)
-                values[:, k] = slot * size // slots
+                v[:] = slot * size // slots
             if col.kind in DISCRETE:
                 top = math.floor(col.code_upper)
-                ints = np.clip(np.floor(values[:, k] + 0.5), math.ceil(col.lower), top)
-                values[:, k] = np.where(col.nullable & (ints == top), np.nan, ints)
+                v += 0.5
+                np.floor(v, out=v)
+                np.clip(v, math.ceil(col.lower), top, out=v)
+                if col.nullable:
+                    v[v == top] = np.nan
             elif col.kind == "datetime":  # NaN: flagged missing (`cube_to_unit`)
-                values[:, k] = np.round(np.clip(values[:, k], col.lower, col.upper))
+                np.clip(v, col.lower, col.upper, out=v)
+                np.round(v, out=v)
             else:
-                values[:, k] = np.clip(
-                    np.round(values[:, k], decimals[col.name]), col.lower, col.upper
-                )
-        return values
+                np.round(v, decimals[col.name], out=v)
+                np.clip(v, col.lower, col.upper, out=v)
+        return values.T
 
     def unit_of_codes(self, j: int, codes: np.ndarray) -> np.ndarray:
         """Unit coordinates of column j (not a level column) that `from_unit` writes as these

@@ -124,6 +124,26 @@ def test_an_error_in_a_pass_ends_it_and_the_threads_stop_taking_batches(monkeypa
     assert len(taken) == 11
 
 
+class _Failing(_Counts):
+    """Batch 3 fails slowly, batch 7 at once: on threads, 7's error comes first in time."""
+
+    def add(self, X: np.ndarray) -> None:
+        if X[0, 0] == 3:
+            time.sleep(0.2)
+            raise DataError("batch 3")
+        if X[0, 0] == 7:
+            raise DataError("batch 7")
+        super().add(X * 0)
+
+
+def test_the_error_raised_is_the_earliest_failing_batchs_as_on_one_thread(monkeypatch) -> None:
+    X = np.repeat(np.arange(20.0), 5)[:, None]
+    for cores in (1, 4):
+        monkeypatch.setattr(threads, "cores", lambda cores=cores: cores)
+        with pytest.raises(DataError, match="batch 3"):
+            _rows(X, 5).collect(_Failing)
+
+
 def test_spills_merge_in_order_and_a_failed_one_fails_the_merge() -> None:
     a, b = Spill(), Spill()
     a.add(np.arange(6.0).reshape(3, 2))

@@ -106,11 +106,18 @@ class MatrixSource:
 
 @dataclass(frozen=True)
 class BatchesSource:
-    """Rows from a re-iterable stream of batches: `batches()` starts a new pass each call."""
+    """Rows from a re-iterable stream of batches: `batches()` starts a new pass each call.
 
-    batches: Callable[[], Iterable[np.ndarray]]
+    `parse`: what turns one item of the stream into rows (m, d), e.g. a record batch into its
+    value rows; it runs on the thread that adds the batch, so batches are read in turn and
+    parsed side by side."""
+
+    batches: Callable[[], Iterable[Any]]
+    parse: Transform | None = None
 
     def collect(self, make: Callable[[], A], transform: Transform) -> A:
+        if self.parse is not None:
+            transform = Chain((self.parse, transform))
         return collect_batches(self.batches(), make, transform)
 
 

@@ -68,7 +68,9 @@ def collect(
     one thread advances at once) to an accumulator of its own; the accumulators are merged at
     the end (`merge`). For statistics that merge in any order to the same value (exact
     integers, `rows.any_order`) this is the one-thread result, whichever thread took which
-    batch. The first error ends the pass: the other threads stop at their next batch.
+    batch. An error ends the pass (the threads take no more batches) and is the one thread's
+    error too: every batch before the first failing one was taken and is finished, so the
+    failure of the earliest batch is raised.
     """
     threads = cores() if threads is None else threads
     if threads <= 1:
@@ -77,28 +79,40 @@ def collect(
             add(acc, batch)
         return acc
     items, lock, stop = iter(batches), threading.Lock(), threading.Event()
+    taken = 0
+    failures: list[tuple[int, BaseException]] = []
 
-    def work() -> R:
+    def work() -> R | None:
+        nonlocal taken
         acc = make()
-        try:
-            while not stop.is_set():
-                with lock:
+        while not stop.is_set():
+            with lock:
+                index, taken = taken, taken + 1
+                try:
                     batch = next(items, _END)
-                if batch is _END:
-                    break
+                except BaseException as exc:  # the reader's error, at its batch
+                    failures.append((index, exc))
+                    stop.set()
+                    return None
+            if batch is _END:
+                break
+            try:
                 add(acc, batch)
-        except BaseException:
-            stop.set()
-            raise
+            except BaseException as exc:
+                failures.append((index, exc))
+                stop.set()
+                return None
         return acc
 
     with ThreadPoolExecutor(threads, thread_name_prefix="dpsynth") as pool:
         futures = [pool.submit(work) for _ in range(threads)]
         try:
             accs = [future.result() for future in futures]
-        except BaseException:
+        except BaseException:  # here, in this thread: a stop signal
             stop.set()
             raise
+    if failures:
+        raise min(failures, key=lambda failure: failure[0])[1]
     acc = accs[0]
     for other in accs[1:]:
         acc = acc.merge(other)

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
@@ -21,8 +22,8 @@ def value_rows(data: TableData, specs: list[ColumnSpec]) -> Rows:
     if isinstance(data, pa.Table):  # no complete rows is a valid input: n is private
         return as_rows(value_matrix(data, specs).reshape(-1, len(specs)))
 
-    def batches() -> Iterator[np.ndarray]:
-        for batch in data():
-            yield value_matrix(batch, specs).reshape(-1, len(specs))
+    return Rows(BatchesSource(data, partial(_values, specs)), len(specs))
 
-    return Rows(BatchesSource(batches), len(specs))
+
+def _values(specs: list[ColumnSpec], batch: pa.RecordBatch | pa.Table) -> np.ndarray:
+    return value_matrix(batch, specs).reshape(-1, len(specs))
