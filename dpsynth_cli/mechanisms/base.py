@@ -89,6 +89,10 @@ def fair_halves(counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     than `rng.binomial` on the millions of small counts an output split draws); numpy's
     binomial above 64."""
     counts = np.asarray(counts, dtype=np.int64)
+    if counts.size and counts.max() <= 64:  # the usual case: the same draws, fewer passes
+        words = rng.bit_generator.random_raw(counts.size)
+        words &= np.take(_LOW_BITS, counts)
+        return np.bitwise_count(words).astype(np.int64)
     small = counts <= 64
     heads = np.empty_like(counts)
     words = rng.bit_generator.random_raw(int(small.sum()))
@@ -110,18 +114,22 @@ def split_batches(
     only cells with rows are carried, and at most log2(rows / batch_rows) groups wait at once.
     """
     keep = sizes > 0
-    stack = [(np.flatnonzero(keep), np.asarray(sizes[keep], dtype=np.int64))]
+    counts = np.asarray(sizes[keep], dtype=np.int64)
+    stack = [(np.flatnonzero(keep), counts, int(counts.sum()))]
     while stack:
-        cells, counts = stack.pop()
+        cells, counts, total = stack.pop()
         if cells.size == 0:  # every row of the group went to the other half
             continue
-        if int(counts.sum()) <= batch_rows:
+        if total <= batch_rows:
             yield cells, counts
             continue
         first = fair_halves(counts, rng)
+        heads = int(first.sum())
         rest = counts - first
-        stack.append((cells[rest > 0], rest[rest > 0]))
-        stack.append((cells[first > 0], first[first > 0]))
+        some = rest > 0
+        stack.append((cells[some], rest[some], total - heads))
+        some = first > 0
+        stack.append((cells[some], first[some], heads))
 
 
 @dataclass(frozen=True)

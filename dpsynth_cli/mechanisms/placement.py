@@ -71,22 +71,21 @@ def linear_inverse_cdf(a: np.ndarray, p: np.ndarray) -> np.ndarray:
     """u in [0,1] with P(U <= u) = p for the density 1 + a (u - 1/2), |a| <= 2.
 
     F(u) = (a/2) u^2 + (1 - a/2) u; u = 2p / (b + sqrt(b^2 + 2ap)) with b = 1 - a/2 (the stable
-    root; the denominator is 0 only if a = 2 and p = 0). In place on temporaries: on output-sized
-    arrays the number of passes over memory is the cost.
+    root: a = 0 gives u = 2p / 2 = p exactly; the denominator is 0 only if a = 2 and p = 0, where
+    u = 2p = 0). In place on temporaries: on output-sized arrays the number of passes over
+    memory is the cost.
     """
-    flat = np.abs(a) < 1e-9
-    a_ = np.where(flat, 1.0, a)
-    b = a_ * -0.5  # exactly -(a_ / 2)
+    b = a * -0.5  # exactly -(a / 2)
     b += 1.0
     den = b * b
-    a_ *= 2.0
-    a_ *= p
-    den += a_
+    t = a * 2.0
+    t *= p
+    den += t
     np.maximum(den, 0.0, out=den)
     np.sqrt(den, out=den)
     den += b
-    u = np.divide(2.0 * p, den, out=np.zeros_like(den), where=den > 0)
-    np.copyto(u, p, where=flat)
+    u = np.multiply(p, 2.0, out=t)
+    np.divide(u, den, out=u, where=den > 0)
     return np.clip(u, 0.0, 1.0, out=u)
 
 
