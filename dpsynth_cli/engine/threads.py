@@ -4,7 +4,9 @@ numpy's array loops, its generators' bulk draws and pyarrow's readers and writer
 GIL, so threads run them side by side. Only work whose result does not depend on which thread
 does it, or in what order, is spread here: placing output batches (each has its own generator,
 `BatchPlan`) and adding batches to exact-integer statistics that merge in any order
-(`engine.rows`). A run's output is therefore the same with one thread or several.
+(`engine.rows`). A run's output is therefore the same with one thread or several. While they
+run, BLAS is held to one thread (`threadpoolctl`): matrix products inside a pass would
+otherwise start BLAS threads from each of ours, which spin on the same cores.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
+
+import threadpoolctl
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -31,6 +35,11 @@ def cores() -> int:
     return max(1, min(n, MAX_THREADS))
 
 
+def _one_blas_thread() -> threadpoolctl.threadpool_limits:
+    """BLAS on one thread until the context ends (then as it was)."""
+    return threadpoolctl.threadpool_limits(limits=1, user_api="blas")
+
+
 def ordered_map(f: Callable[[T], R], items: Iterable[T], threads: int | None = None) -> Iterator[R]:
     """f over items on `threads` threads (default: `cores()`), results in the items' order.
 
@@ -42,7 +51,7 @@ def ordered_map(f: Callable[[T], R], items: Iterable[T], threads: int | None = N
     if threads <= 1:
         yield from map(f, items)
         return
-    with ThreadPoolExecutor(threads, thread_name_prefix="dpsynth") as pool:
+    with _one_blas_thread(), ThreadPoolExecutor(threads, thread_name_prefix="dpsynth") as pool:
         pending: deque[Future[R]] = deque()
         try:
             for item in items:
@@ -104,7 +113,7 @@ def collect(
                 return None
         return acc
 
-    with ThreadPoolExecutor(threads, thread_name_prefix="dpsynth") as pool:
+    with _one_blas_thread(), ThreadPoolExecutor(threads, thread_name_prefix="dpsynth") as pool:
         futures = [pool.submit(work) for _ in range(threads)]
         try:
             accs = [future.result() for future in futures]
