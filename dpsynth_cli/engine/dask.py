@@ -1,11 +1,29 @@
 """`--engine dask`: the statistics passes run as Dask tasks over the input's partitions.
 
 Each partition (a Parquet file of a dataset directory, one row group range of a Parquet file, a
-CSV file) is read by a worker with the same reader and the same per-cell parsing as the local
-engine, and reduced to the pass's statistic there; Dask's own tree reduction (`Bag.fold`) merges
-the statistics, and only they travel to the client. They are exact integers, so the release on
-the client sees the statistics of the local engine bit for bit, and a seeded run gives the same
-output. Workers never see noise or released values: the release runs on the client.
+CSV file) is read and parsed once, in the first pass, by a worker with the same reader and the
+same per-cell parsing as the local engine, into its value rows (float64, exact: what the local
+engine's passes see before their transform), which the worker keeps (`DaskSource.held`: Dask
+futures of the first pass's `_load` tasks; issue 27). Every pass, the first one too, maps its
+accumulator over the held rows on the workers and merges the statistics pairwise on the
+cluster (`_tree_merge`), and only the merged statistic travels to the client. They are exact
+integers, so the release on the client sees the statistics of the local engine bit for bit,
+and a seeded run gives the same output. Workers never see noise or released values: the
+release runs on the client. The held rows are released when the passes end, however they end
+(`dask_rows`), before the output is written.
+
+Held rows are private rows, and Dask may write them to disk: a worker whose memory passes
+`distributed.worker.memory.target` / `.spill` (0.6 / 0.7 of its limit by default) pickles
+values into files named by their keys (`_load-<id>#<n>`) in `<its directory>/storage`; a
+file is unlinked (not overwritten) when its value is read back or released, and the worker's
+directory is removed when the worker closes. A worker that dies (killed, out of memory, its
+machine lost) leaves its directory behind until another worker starts in the same scratch
+space; Dask recomputes its held rows elsewhere from their lineage (the partition is read
+again). The local cluster puts every worker's (and the scheduler's) directory in a directory of
+this run's own, mode 0700, removed when the cluster stops (`local_cluster`); on an existing
+cluster the workers' directories and their spill settings are the cluster's (docs/privacy.md).
+Dask may also copy a held partition to another worker (work stealing, a lost worker), over the
+cluster's connections.
 
 The output is written by the workers too (`write_output`): the client plans the output batches
 (cells, counts and a generator of its own for each: `Output.plan`), and each batch goes to a
