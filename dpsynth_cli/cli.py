@@ -301,15 +301,16 @@ def _synthesize_on_dask(
     source: RandomSource,
     declared: Declared,
 ) -> SynthResult:
-    """`synthesize` with its passes on Dask: Parquet by files / row groups, CSV as one part."""
+    """`synthesize` with its passes on Dask: Parquet by files / row groups, CSV as one part,
+    each read once by a worker and held there until the release is made."""
     columns = [s.name for s in specs]
     parts = (
         dask_engine.parquet_partitions(path, columns, read.batch_rows)
         if fmt == "parquet"
         else [dask_engine.Partition(read.name, read.batches)]
     )
-    rows = dask_engine.dask_rows(client, parts, specs)
-    return synthesize(None, specs, options, source, rows=rows, constraints=declared.constraints)
+    with dask_engine.dask_rows(client, parts, specs) as rows:  # released when the passes end
+        return synthesize(None, specs, options, source, rows=rows, constraints=declared.constraints)
 
 
 def _write_on_dask(

@@ -5,6 +5,7 @@ output (same seed, same --batch-rows), all or nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from functools import partial
@@ -30,6 +31,19 @@ SPECS = [ColumnSpec("a", "float", 0.0, 10.0), ColumnSpec("b", "integer", 0, 20)]
 def client():
     with dask_engine.client(None, workers=2) as c:
         yield c
+
+
+def _held(client, timeout: float = 10.0) -> int:
+    """How many keys the workers still hold (in memory or spilled), once the releases of
+    finished work have reached them (the scheduler forgets keys asynchronously)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        held = sum(client.run(lambda dask_worker: len(dask_worker.data)).values())
+        if held == 0 or time.monotonic() > deadline:
+            return held
+        time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")
@@ -107,6 +121,24 @@ def test_the_local_cluster_is_for_this_process_only(client):
             assert answer.value.code == 404
 
 
+def test_the_workers_directories_are_private_and_go_with_the_cluster():
+    """Dask's spill to disk writes held rows as files named by their keys into each worker's
+    directory: the local cluster puts those directories (and the scheduler's) in one directory
+    of its own, mode 0700, which goes when the cluster stops, with whatever a worker that died
+    left there."""
+    import tempfile
+
+    with dask_engine.client(None, workers=1) as c:
+        (place,) = c.run(lambda dask_worker: dask_worker.local_directory).values()
+        scratch = Path(place).parents[1]  # .../dpsynth-dask-*/dask-scratch-space/worker-*
+        assert scratch.name.startswith("dpsynth-dask-")
+        assert scratch.parent == Path(tempfile.gettempdir())
+        assert scratch.stat().st_mode & 0o777 == 0o700
+        (Path(place) / "storage" / "left-by-a-dead-worker").write_bytes(b"rows")
+        assert {p.name for p in scratch.iterdir()} == {"dask-scratch-space"}
+    assert not scratch.exists()
+
+
 def test_an_existing_cluster_is_reached_with_the_tls_configuration(client, dataset, tmp_path):
     """`--scheduler tls://...` works with Dask's TLS configuration (here the fixture cluster's
     credentials, given as contents instead of file names) and fails in one line without it; a
@@ -150,14 +182,14 @@ def test_dask_statistics_equal_local(client, dataset):
     root, table = dataset
     parts = dask_engine.parquet_partitions(str(root), ["a", "b"], batch_rows=700)
     assert len(parts) == 3
-    remote = dask_engine.dask_rows(client, parts, SPECS)
     local = value_rows(table, SPECS)
-    for make in (partial(grid.GridCounts, 9, 2), partial(MomentSums.empty, 2)):
-        r = remote.map(_unit, 2).collect(make)
-        loc = local.map(_unit, 2).collect(make)
-        for name in ("counts", "first", "second"):
-            if hasattr(loc, name):
-                assert np.array_equal(getattr(r, name), getattr(loc, name))
+    with dask_engine.dask_rows(client, parts, SPECS) as remote:
+        for make in (partial(grid.GridCounts, 9, 2), partial(MomentSums.empty, 2)):
+            r = remote.map(_unit, 2).collect(make)
+            loc = local.map(_unit, 2).collect(make)
+            for name in ("counts", "first", "second"):
+                if hasattr(loc, name):
+                    assert np.array_equal(getattr(r, name), getattr(loc, name))
 
 
 def _unit(X: np.ndarray) -> np.ndarray:
@@ -174,10 +206,82 @@ def test_dask_seeded_output_equals_local(client, dataset, dim):
     local = synthesize(table, SPECS, options, RandomSource.seeded(11))
     parts = dask_engine.parquet_partitions(str(one_file), ["a", "b"], batch_rows=500)
     assert len(parts) > 1
-    rows = dask_engine.dask_rows(client, parts, SPECS)
-    remote = synthesize(None, SPECS, options, RandomSource.seeded(11), rows=rows)
+    with dask_engine.dask_rows(client, parts, SPECS) as rows:
+        remote = synthesize(None, SPECS, options, RandomSource.seeded(11), rows=rows)
     assert remote.noisy_rows == local.noisy_rows
     assert remote.table.equals(local.table)
+
+
+def _recorded(part: dask_engine.Partition, log: str) -> dask_engine.Partition:
+    """`part` whose reader appends the partition's name to `log` each time a worker starts
+    reading it (a closure: pickled by value, so it runs as is in the worker processes)."""
+    read, name = part.read, part.name
+
+    def read_and_record():
+        with open(log, "a") as f:
+            f.write(name + "\n")
+        return read()
+
+    return dask_engine.Partition(name, read_and_record)
+
+
+@pytest.mark.parametrize("flags", [["--dim", "1"], ["--mechanism", "privtree", "--dim", "full"]])
+def test_a_whole_dask_run_reads_each_partition_once(client, dataset, tmp_path, monkeypatch, flags):
+    """Issue 27 on Dask: the real CLI with passes enough (undeclared bounds, then --dim 1's
+    projections and the mechanism's, or PrivTree's levels) reads and parses each partition
+    once, on a worker, which holds its rows for every later pass; the release is the local
+    engine's (the reports agree), and the held rows are gone from the workers at the end."""
+    from typer.testing import CliRunner
+
+    from dpsynth_cli.cli import app
+
+    root, _ = dataset
+    log = tmp_path / "reads.log"
+    partitions = dask_engine.parquet_partitions
+    monkeypatch.setattr(
+        dask_engine,
+        "parquet_partitions",
+        lambda *a, **k: [_recorded(p, str(log)) for p in partitions(*a, **k)],
+    )
+    monkeypatch.setattr(dask_engine, "client", lambda scheduler: contextlib.nullcontext(client))
+    passes = []
+    collect = dask_engine.DaskSource.collect
+
+    def counted(self, make, transform):
+        passes.append(make)
+        return collect(self, make, transform)
+
+    monkeypatch.setattr(dask_engine.DaskSource, "collect", counted)
+    args = ["synth", str(root), "--input-format", "parquet", "--eps", "2", "--seed", "3", *flags]
+    reports = []
+    for engine in ("dask", "local"):
+        out = tmp_path / f"{engine}.csv"
+        done = CliRunner().invoke(app, [*args, "--engine", engine, "-o", str(out)])
+        assert done.exit_code == 0, done.output
+        report = json.loads(Path(f"{out}.report.json").read_text())
+        del report["output"]["path"]
+        reports.append(report)
+    assert reports[0] == reports[1]
+    assert len(passes) >= 2  # and the input was read once, not once a pass
+    reads = log.read_text().splitlines()
+    assert sorted(reads) == sorted(str(p) for p in root.glob("*.parquet"))  # once each
+    assert _held(client) == 0
+
+
+def test_held_rows_are_released_when_the_run_fails(client, dataset):
+    """An error in the middle of the passes (here after the first) still drops every partition's
+    rows from the workers: nothing of the input stays on the cluster for the next run."""
+    root, _ = dataset
+    parts = dask_engine.parquet_partitions(str(root), ["a", "b"], batch_rows=700)
+    with (
+        pytest.raises(RuntimeError, match="a pass failed"),
+        dask_engine.dask_rows(client, parts, SPECS) as rows,
+    ):
+        first = rows.map(_unit, 2).collect(partial(grid.GridCounts, 9, 2))
+        assert first.counts.sum() > 11_000
+        assert [f.status for f in rows.source.held] == ["finished"] * len(parts)  # on workers
+        raise RuntimeError("a pass failed")
+    assert _held(client) == 0
 
 
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
@@ -511,8 +615,8 @@ def test_dask_seeded_output_equals_local_on_a_mixed_table(client, tmp_path):
     local = synthesize(table, specs, options, RandomSource.seeded(4))
     parts = dask_engine.parquet_partitions(str(path), list(declared), batch_rows=500)
     assert len(parts) > 1
-    rows = dask_engine.dask_rows(client, parts, specs)
-    remote = synthesize(None, specs, options, RandomSource.seeded(4), rows=rows)
+    with dask_engine.dask_rows(client, parts, specs) as rows:
+        remote = synthesize(None, specs, options, RandomSource.seeded(4), rows=rows)
     assert remote.noisy_rows == local.noisy_rows
     assert remote.table.equals(local.table)
     assert [f.type for f in local.table.schema] == [

@@ -1,11 +1,29 @@
 """`--engine dask`: the statistics passes run as Dask tasks over the input's partitions.
 
 Each partition (a Parquet file of a dataset directory, one row group range of a Parquet file, a
-CSV file) is read by a worker with the same reader and the same per-cell parsing as the local
-engine, and reduced to the pass's statistic there; Dask's own tree reduction (`Bag.fold`) merges
-the statistics, and only they travel to the client. They are exact integers, so the release on
-the client sees the statistics of the local engine bit for bit, and a seeded run gives the same
-output. Workers never see noise or released values: the release runs on the client.
+CSV file) is read and parsed once, in the first pass, by a worker with the same reader and the
+same per-cell parsing as the local engine, into its value rows (float64, exact: what the local
+engine's passes see before their transform), which the worker keeps (`DaskSource.held`: Dask
+futures of the first pass's `_load` tasks; issue 27). Every pass, the first one too, maps its
+accumulator over the held rows on the workers and merges the statistics pairwise on the
+cluster (`_tree_merge`), and only the merged statistic travels to the client. They are exact
+integers, so the release on the client sees the statistics of the local engine bit for bit,
+and a seeded run gives the same output. Workers never see noise or released values: the
+release runs on the client. The held rows are released when the passes end, however they end
+(`dask_rows`), before the output is written.
+
+Held rows are private rows, and Dask may write them to disk: a worker whose memory passes
+`distributed.worker.memory.target` / `.spill` (0.6 / 0.7 of its limit by default) pickles
+values into files named by their keys (`_load-<id>#<n>`) in `<its directory>/storage`; a
+file is unlinked (not overwritten) when its value is read back or released, and the worker's
+directory is removed when the worker closes. A worker that dies (killed, out of memory, its
+machine lost) leaves its directory behind until another worker starts in the same scratch
+space; Dask recomputes its held rows elsewhere from their lineage (the partition is read
+again). The local cluster puts every worker's (and the scheduler's) directory in a directory of
+this run's own, mode 0700, removed when the cluster stops (`local_cluster`); on an existing
+cluster the workers' directories and their spill settings are the cluster's (docs/privacy.md).
+Dask may also copy a held partition to another worker (work stealing, a lost worker), over the
+cluster's connections.
 
 The output is written by the workers too (`write_output`): the client plans the output batches
 (cells, counts and a generator of its own for each: `Output.plan`), and each batch goes to a
@@ -27,10 +45,14 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
+
+import numpy as np
 
 from dpsynth_cli import io
 from dpsynth_cli.domain import ColumnSpec, value_matrix
@@ -54,10 +76,22 @@ class Partition:
     read: Callable[[], Any]  # () -> iterable of pa.RecordBatch / pa.Table
 
 
-def _statistic(part: Partition, make: Callable[[], A], transform: Transform, specs) -> A:
-    acc = make()
+def _load(part: Partition, specs: list[ColumnSpec]) -> tuple[np.ndarray, ...]:
+    """On a worker: read and parse one partition once, into its value rows (float64, exact),
+    batch by batch as read. Read-only, so that no pass can change what the next one reads."""
+    held = []
     for batch in part.read():
-        acc.add(transform(value_matrix(batch, specs).reshape(-1, len(specs))))
+        X = value_matrix(batch, specs).reshape(-1, len(specs))
+        X.flags.writeable = False
+        held.append(X)
+    return tuple(held)
+
+
+def _statistic(held: tuple[np.ndarray, ...], make: Callable[[], A], transform: Transform) -> A:
+    """On a worker: one pass's statistic of one partition's held rows."""
+    acc = make()
+    for X in held:
+        acc.add(transform(X))
     return acc
 
 
@@ -65,27 +99,57 @@ def _merge(a: A, b: A) -> A:
     return a.merge(b)
 
 
+def _tree_merge(client: Any, stats: list[Any]) -> Any:
+    """The merge of the statistics' futures, pairwise on the cluster (depth log2 of their
+    number); each statistic is merged once, so `merge` may change its first argument."""
+    while len(stats) > 1:
+        pairs = [
+            client.submit(_merge, a, b, pure=False)
+            for a, b in zip(stats[::2], stats[1::2], strict=False)
+        ]
+        stats = pairs + stats[2 * len(pairs) :]
+    return stats[0]
+
+
 @dataclass
 class DaskSource:
-    """A `BatchSource` whose passes are Dask bags over the partitions, folded on the cluster."""
+    """A `BatchSource` whose first pass reads every partition once on a worker and holds its
+    value rows there (`held`: Dask futures, in the workers' memory or Dask's spill to disk);
+    every pass maps its accumulator over the held rows and merges on the cluster."""
 
     client: Any
     parts: list[Partition]
     specs: list[ColumnSpec]
+    held: list[Any] = field(default_factory=list)
 
     def collect(self, make: Callable[[], A], transform: Transform) -> A:
-        import dask.bag as db
+        if not self.held:  # the first pass reads the input; no pass after it does
+            self.held = [
+                self.client.submit(_load, part, self.specs, pure=False) for part in self.parts
+            ]
+        stats = [
+            self.client.submit(_statistic, rows, make, transform, pure=False) for rows in self.held
+        ]
+        return _tree_merge(self.client, stats).result()
 
-        bag = db.from_sequence(self.parts, npartitions=max(1, len(self.parts)))
-        stats = bag.map(_statistic, make=make, transform=transform, specs=self.specs)
-        return stats.fold(_merge).compute(scheduler=self.client)
+    def release(self) -> None:
+        """Drop the held rows from the workers (and from their spill directories)."""
+        held, self.held = self.held, []
+        if held:
+            self.client.cancel(held)
 
 
-def dask_rows(client: Any, parts: list[Partition], specs: list[ColumnSpec]) -> Rows:
-    """The complete value rows of the partitions, read only through Dask passes."""
+@contextlib.contextmanager
+def dask_rows(client: Any, parts: list[Partition], specs: list[ColumnSpec]) -> Iterator[Rows]:
+    """The complete value rows of the partitions, read once on the workers and held there until
+    the block ends (however it ends)."""
     if not parts:
         raise UsageError("the dask engine found no input partitions")
-    return Rows(DaskSource(client, parts, specs), len(specs))
+    source = DaskSource(client, parts, specs)
+    try:
+        yield Rows(source, len(specs))
+    finally:
+        source.release()
 
 
 @contextlib.contextmanager
@@ -140,23 +204,30 @@ def local_cluster(workers: int = DEFAULT_WORKERS) -> Iterator[Any]:
             "--engine dask needs the cryptography package for its local cluster's TLS: pip "
             "install 'dpsynth-cli[dask]'"
         ) from None
-    with (
-        dask.config.set(_NO_HTTP_ROUTES),
-        LocalCluster(
-            n_workers=workers,
-            threads_per_worker=1,
-            processes=True,
-            host="127.0.0.1",
-            protocol="tls://",
-            security=security,
-            dashboard_address=None,
-            worker_dashboard_address=None,
-            # no dashboard; the scheduler's (empty) HTTP server on a free loopback port
-            scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"},
-            silence_logs=50,
-        ) as cluster,
-    ):
-        yield cluster
+    # The workers' directories (Dask's spill files among them) in a directory of this run's
+    # own, mode 0700, removed when the cluster has stopped: a worker that died leaves nothing.
+    scratch = tempfile.mkdtemp(prefix="dpsynth-dask-")
+    try:
+        with (
+            dask.config.set({**_NO_HTTP_ROUTES, "temporary-directory": scratch}),
+            LocalCluster(
+                n_workers=workers,
+                threads_per_worker=1,
+                processes=True,
+                host="127.0.0.1",
+                protocol="tls://",
+                security=security,
+                dashboard_address=None,
+                worker_dashboard_address=None,
+                # no dashboard; the scheduler's (empty) HTTP server on a free loopback port
+                scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"},
+                silence_logs=50,
+                local_directory=scratch,
+            ) as cluster,
+        ):
+            yield cluster
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _parquet_part(path: str, columns: list[str], row_groups: list[int] | None, batch_rows: int):
