@@ -18,13 +18,24 @@ missing, so no cell can make the parse of another cell, or of the column, fail.
 from __future__ import annotations
 
 import datetime as dt
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from dpsynth_cli.errors import UsageError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def _pandas() -> Any:
+    """pandas, imported when a date-time needs it (a third of every command's start-up)."""
+    import pandas
+
+    return pandas
+
 
 TRUE_TEXT = ("true", "t", "1", "yes", "y")
 FALSE_TEXT = ("false", "f", "0", "no", "n")
@@ -127,7 +138,7 @@ def datetime_codes(column: pa.ChunkedArray, tz: str | None) -> np.ndarray:
     naive = ~aware & ~np.isnan(micros)
     if naive.any():
         wall = micros[naive].astype(np.int64).astype("datetime64[us]")
-        stamps = pd.Series(wall)
+        stamps = _pandas().Series(wall)
         if tz is not None:
             stamps = stamps.dt.tz_localize(tz, ambiguous="NaT", nonexistent="NaT")
         out[naive] = _seconds(stamps)
@@ -206,7 +217,7 @@ def bound_text(code: float, kind: str, tz: str | None) -> str:
     """A bound's code back as ISO text (for the report)."""
     if kind == "date":
         return (_EPOCH + dt.timedelta(days=int(code))).isoformat()
-    stamp = pd.Timestamp(int(round(code * 1e6)), unit="us")
+    stamp = _pandas().Timestamp(int(round(code * 1e6)), unit="us")
     return (stamp.tz_localize("UTC").tz_convert(tz) if tz else stamp).isoformat()
 
 
@@ -215,7 +226,7 @@ def zone_of(value: object) -> str | None:
     if not isinstance(value, str):
         return None
     try:
-        stamp = pd.Timestamp(value)
+        stamp = _pandas().Timestamp(value)
     except ValueError:
         return None
     if stamp.tzinfo is None:

@@ -26,7 +26,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import ndtri
 
 from dpsynth_cli.mechanisms.attributes import Attribute
 from dpsynth_cli.mechanisms.placement import linear_inverse_cdf, relative_slope
@@ -217,11 +216,19 @@ class TreeModel:
             u = within_bin_ranks(bins[a], latent, rng)
             values, frac, t = self.quantiles[a].place(bins[a], u)
             self.attributes[a].write(out, values, frac)
-            score[a] = ndtri(np.clip(t, 1e-12, 1.0 - 1e-12))
+            score[a] = _ndtri(np.clip(t, 1e-12, 1.0 - 1e-12))
         return out
 
 
 HERMITE_TERMS = 16
+
+
+def _ndtri(p: np.ndarray) -> np.ndarray:
+    """The standard normal quantile (scipy.special, imported here: it adds a sixth to every
+    command's start-up)."""
+    from scipy.special import ndtri
+
+    return ndtri(p)
 
 
 def _scores(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -230,8 +237,8 @@ def _scores(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     the bins' quantiles (the integral of He_k phi over a bin is a difference of He_(k-1) phi at
     its edges)."""
     edges = np.concatenate([[0.0], np.cumsum(p)])
-    z = ndtri(np.clip(edges, 1e-12, 1 - 1e-12))
-    s = ndtri(np.clip((edges[:-1] + edges[1:]) / 2, 1e-9, 1 - 1e-9))
+    z = _ndtri(np.clip(edges, 1e-12, 1 - 1e-12))
+    s = _ndtri(np.clip((edges[:-1] + edges[1:]) / 2, 1e-9, 1 - 1e-9))
     density = np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
     c, previous, current = [], np.zeros_like(z), np.ones_like(z)  # He_(k-2), He_(k-1)
     for k in range(1, HERMITE_TERMS + 1):

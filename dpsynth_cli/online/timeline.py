@@ -25,7 +25,6 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from dpsynth_cli.coltypes import datetime_codes
@@ -48,6 +47,8 @@ class TimeRule:
         if upto <= after:
             return []
         if self.every == 0:
+            import pandas as pd  # here: a third of every command's start-up
+
             start = pd.Timestamp(int(origin), unit="s").to_period("M")
             end = pd.Timestamp(int(np.floor(upto)), unit="s").to_period("M")
             months = pd.period_range(start + 1, end, freq="M") if end > start else []
@@ -134,6 +135,8 @@ class TimelineBuilder:
 
 def time_text(tau: float) -> str:
     """A checkpoint time as ISO text: the date alone at midnight."""
+    import pandas as pd  # here: a third of every command's start-up
+
     stamp = pd.Timestamp(int(round(tau)), unit="s")
     return stamp.date().isoformat() if tau % DAY == 0 else stamp.isoformat()
 
