@@ -334,7 +334,10 @@ class CodedCounts:
     """A pass's node counts (`partition.SubtreeCounts`) fed with each row's cell at the deepest
     level any plan reaches (`deep`), which it also writes to a spill when they lie inside its
     roots: the next pass reads those codes instead of the rows (the nodes still splitting lie
-    inside the roots). The counts are the same integers as from the rows. Local passes only."""
+    inside the roots). The counts are the same integers as from the rows; the threads of a pass
+    each count and spill their own, which merge (the next pass reads codes in any order)."""
+
+    ANY_ORDER = True
 
     def __init__(self, counts: partition.SubtreeCounts, deep: int) -> None:
         self.counts, self.deep = counts, deep
@@ -347,8 +350,6 @@ class CodedCounts:
         h = self.counts
         inside = h.add_codes(codes >> (self.deep - h.top - h.k))
         self.spill.add(codes if inside is None else codes[inside])
-
-    ANY_ORDER = True  # exact counts; the spill's codes in any order
 
     def merge(self, other: CodedCounts) -> CodedCounts:
         self.counts.merge(other.counts)
@@ -369,6 +370,8 @@ class FirstHistogram:
     With `spill` (a local pass over streamed input) the cell codes go to a spill as well
     (`CodedCounts`): no later pass reads, parses or encodes the input (issue 27)."""
 
+    ANY_ORDER = True
+
     d: int
     lead: partition.Lead = ()
     spill: bool = False
@@ -388,8 +391,6 @@ class FirstHistogram:
 
     def add(self, X: np.ndarray) -> None:
         (self.coded or self.counts).add(X)
-
-    ANY_ORDER = True
 
     def merge(self, other: FirstHistogram) -> FirstHistogram:
         self.counts.merge(other.counts)
