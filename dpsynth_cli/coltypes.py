@@ -18,7 +18,7 @@ missing, so no cell can make the parse of another cell, or of the column, fail.
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -28,13 +28,6 @@ from dpsynth_cli.errors import UsageError
 
 if TYPE_CHECKING:
     import pandas as pd
-
-
-def _pandas() -> Any:
-    """pandas, imported when a date-time needs it (a third of every command's start-up)."""
-    import pandas
-
-    return pandas
 
 
 TRUE_TEXT = ("true", "t", "1", "yes", "y")
@@ -138,7 +131,9 @@ def datetime_codes(column: pa.ChunkedArray, tz: str | None) -> np.ndarray:
     naive = ~aware & ~np.isnan(micros)
     if naive.any():
         wall = micros[naive].astype(np.int64).astype("datetime64[us]")
-        stamps = _pandas().Series(wall)
+        import pandas as pd  # here: a third of every command's start-up
+
+        stamps = pd.Series(wall)
         if tz is not None:
             stamps = stamps.dt.tz_localize(tz, ambiguous="NaT", nonexistent="NaT")
         out[naive] = _seconds(stamps)
@@ -217,7 +212,9 @@ def bound_text(code: float, kind: str, tz: str | None) -> str:
     """A bound's code back as ISO text (for the report)."""
     if kind == "date":
         return (_EPOCH + dt.timedelta(days=int(code))).isoformat()
-    stamp = _pandas().Timestamp(int(round(code * 1e6)), unit="us")
+    import pandas as pd
+
+    stamp = pd.Timestamp(int(round(code * 1e6)), unit="us")
     return (stamp.tz_localize("UTC").tz_convert(tz) if tz else stamp).isoformat()
 
 
@@ -225,8 +222,10 @@ def zone_of(value: object) -> str | None:
     """The fixed offset a datetime bound declares (e.g. '+01:00'), or None for naive text."""
     if not isinstance(value, str):
         return None
+    import pandas as pd
+
     try:
-        stamp = _pandas().Timestamp(value)
+        stamp = pd.Timestamp(value)
     except ValueError:
         return None
     if stamp.tzinfo is None:

@@ -252,7 +252,9 @@ def measure_one_way(
     return noisy
 
 
-def add_noise(arrays: list[np.ndarray], scale: Fraction, source: noise.RandomSource):
+def add_noise(
+    arrays: list[np.ndarray], scale: Fraction, source: noise.RandomSource
+) -> list[np.ndarray]:
     """Each array plus discrete Laplace noise of `scale`, drawn in one batch, in order."""
     if not arrays:
         return []

@@ -200,6 +200,8 @@ class TreeModel:
     ) -> np.ndarray:
         """`counts.sum()` rows drawn from the model as points of the cube (cells are batches of
         rows: all rows are alike)."""
+        from scipy.special import ndtri  # here: scipy is a sixth of every command's start-up
+
         n = int(np.asarray(counts).sum())
         bins = [np.zeros(n, dtype=np.int64)] * len(self.attributes)
         score = [np.zeros(n)] * len(self.attributes)  # normal score of each placed value
@@ -216,19 +218,11 @@ class TreeModel:
             u = within_bin_ranks(bins[a], latent, rng)
             values, frac, t = self.quantiles[a].place(bins[a], u)
             self.attributes[a].write(out, values, frac)
-            score[a] = _ndtri(np.clip(t, 1e-12, 1.0 - 1e-12))
+            score[a] = ndtri(np.clip(t, 1e-12, 1.0 - 1e-12))
         return out
 
 
 HERMITE_TERMS = 16
-
-
-def _ndtri(p: np.ndarray) -> np.ndarray:
-    """The standard normal quantile (scipy.special, imported here: it adds a sixth to every
-    command's start-up)."""
-    from scipy.special import ndtri
-
-    return ndtri(p)
 
 
 def _scores(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -236,9 +230,11 @@ def _scores(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     coefficients c_k = E[s(Z) He_k(Z)], k = 1..HERMITE_TERMS, of a standard normal Z binned at
     the bins' quantiles (the integral of He_k phi over a bin is a difference of He_(k-1) phi at
     its edges)."""
+    from scipy.special import ndtri
+
     edges = np.concatenate([[0.0], np.cumsum(p)])
-    z = _ndtri(np.clip(edges, 1e-12, 1 - 1e-12))
-    s = _ndtri(np.clip((edges[:-1] + edges[1:]) / 2, 1e-9, 1 - 1e-9))
+    z = ndtri(np.clip(edges, 1e-12, 1 - 1e-12))
+    s = ndtri(np.clip((edges[:-1] + edges[1:]) / 2, 1e-9, 1 - 1e-9))
     density = np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
     c, previous, current = [], np.zeros_like(z), np.ones_like(z)  # He_(k-2), He_(k-1)
     for k in range(1, HERMITE_TERMS + 1):

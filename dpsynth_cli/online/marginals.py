@@ -217,6 +217,10 @@ class MarginalsEngine:
     _two: dict[Node, dict[tuple[int, int], np.ndarray]] = field(default_factory=dict)
     _bins: list[np.ndarray] | None = None  # coarse cell -> bin, fixed at the first checkpoint
     _source: noise.RandomSource | None = None
+    # spawned from _source by `prepare`: the bins' post-processing, the two noise streams
+    _bins_rng: np.random.Generator | None = None
+    _one_src: noise.RandomSource | None = None
+    _two_src: noise.RandomSource | None = None
 
     def use(self, source: noise.RandomSource) -> None:
         self._source = source

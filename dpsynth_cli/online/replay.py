@@ -193,8 +193,6 @@ def plan_for(options: ReplayOptions, specs: list[ColumnSpec]) -> OnlinePlan:
         raise UsageError("--output-format must be csv or parquet")
     if options.allocation not in ALLOCATIONS:
         raise UsageError(f"--allocation must be one of {', '.join(ALLOCATIONS)}")
-    if options.mechanism not in MECHANISMS:
-        raise UsageError(f"--mechanism must be one of {', '.join(MECHANISMS)}")
     if options.input_mode not in ("whole", "new"):
         raise UsageError("--input-mode must be whole or new")
     if options.release_at_end and not options.row_counts_public:
@@ -578,8 +576,10 @@ def _run(engine, meta, new, plan, specs, options, source, dirs, state_dir, comma
     files = [final for _, final in pending]
     mechanism = engine.to_json() if marginal else _partition_json(plan)
     mechanism["chosen"] = {"requested": options.mechanism, "rule": AUTO_RULE}
+    accuracy = MARGINALS_ACCURACY if marginal else PARTITION_ACCURACY
+    seeded = meta["seeded"]
     report = build_report(
-        mechanism, specs, ledger, history, released, meta["seeded"], command, state_dir, options
+        mechanism, specs, ledger, history, released, seeded, command, state_dir, options, accuracy
     )
     report_path = os.path.join(out_dir, REPORT_NAME)
     atomic_write_bytes(report_path, json.dumps(report, indent=2) + "\n")
@@ -596,15 +596,24 @@ def _partition_json(plan: OnlinePlan) -> dict[str, Any]:
     }
 
 
+PARTITION_ACCURACY = (
+    "w1_bound_mixed_metric: a-priori bound on expected W1 in the metric "
+    "(`metric`: levels at distance 1, the other columns L-infinity on the unit cube; with "
+    "no boolean or category column also given as w1_bound_unit_cube) from Lemma 5.10 and "
+    "(5.7)-(5.9) with worst-case unseen rows, for the released points before the output "
+    "rounding of integer and date columns (up to 1/(2L) more); vacuous at >= 1, weak at "
+    ">= 0.5; often vacuous at small t"
+)
 MARGINALS_ACCURACY = (
     "--mechanism marginals: no a-priori W1 bound (the model keeps only the dependences of one "
     "tree and its second parents); measured in docs/benchmarks.md"
 )
 
 
-def build_report(mechanism, specs, ledger, history, released, seeded, command, state_dir, options):
+def build_report(
+    mechanism, specs, ledger, history, released, seeded, command, state_dir, options, accuracy
+):
     """The public report: flags, the ledger, the checkpoints and their a-priori bounds only."""
-    marginal = mechanism["name"].startswith("online marginals")
     return {
         "schema": SCHEMA,
         "tool": {"name": "dpsynth", "version": __version__},
@@ -631,12 +640,5 @@ def build_report(mechanism, specs, ledger, history, released, seeded, command, s
         "checkpoints": history,
         "metric": Domain(tuple(specs)).metric(),
         "constraints": describe(options.constraints) if options.constraints else None,
-        "accuracy_note": MARGINALS_ACCURACY
-        if marginal
-        else "w1_bound_mixed_metric: a-priori bound on expected W1 in the metric "
-        "(`metric`: levels at distance 1, the other columns L-infinity on the unit cube; with "
-        "no boolean or category column also given as w1_bound_unit_cube) from Lemma 5.10 and "
-        "(5.7)-(5.9) with worst-case unseen rows, for the released points before the output "
-        "rounding of integer and date columns (up to 1/(2L) more); vacuous at >= 1, weak at "
-        ">= 0.5; often vacuous at small t",
+        "accuracy_note": accuracy,
     }
