@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -120,46 +120,6 @@ def pca_report(
         "columns": [s.name for s in specs],
         "output": output,
     }
-
-
-class TableInput(io.InputSource):
-    """An in-memory table read like a CSV file: every column as text, so that its types come
-    from declarations (schema, --integer) and never from the dtypes that pandas or Arrow
-    inferred from the values. Its number of rows is not exposed (`num_rows` stays None)."""
-
-    def __init__(self, table: pa.Table, columns: list[str] | None, batch_rows: int | None) -> None:
-        super().__init__(None)
-        self.name = "the table"
-        self.all_columns = list(table.column_names)
-        wanted = self.all_columns if columns is None else list(columns)
-        io.check_columns(wanted, self.all_columns, self.name)
-        self._table = table.select(wanted)
-        self.schema = pa.schema([pa.field(c, pa.string()) for c in wanted])
-        self.batch_rows = batch_rows or io.default_batch_rows(len(wanted))
-
-    def batches(self, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
-        table = self._table if columns is None else self._table.select(columns)
-        schema = pa.schema([pa.field(c, pa.string()) for c in table.column_names])
-        for start in range(0, table.num_rows, self.batch_rows):
-            piece = table.slice(start, self.batch_rows)
-            yield pa.RecordBatch.from_arrays(
-                [_as_text(piece.column(j)) for j in range(piece.num_columns)], schema=schema
-            )
-
-
-def _as_text(column: pa.ChunkedArray) -> pa.Array:
-    """A column as text, as a CSV file would hold it (floats in their shortest exact form)."""
-    array = column.combine_chunks()
-    if pa.types.is_dictionary(array.type):
-        array = array.dictionary_decode()
-    if pa.types.is_string(array.type):
-        return array
-    if pa.types.is_large_string(array.type):
-        return array.cast(pa.string())
-    try:
-        return array.cast(pa.string())
-    except (pa.ArrowException, TypeError):  # e.g. a nested type: no value of a declared type
-        return pa.nulls(len(array), pa.string())
 
 
 def compare_tables(
