@@ -33,7 +33,6 @@ from dpsynth_cli import budget as budget_file
 from dpsynth_cli import io, runs
 from dpsynth_cli.domain import Declared, InlineSchema, declare_columns
 from dpsynth_cli.errors import UsageError
-from dpsynth_cli.io.memory import TableInput
 from dpsynth_cli.report import NOT_FOR_RELEASE
 
 DataInput = pd.DataFrame | pa.Table | str | os.PathLike
@@ -345,7 +344,7 @@ def _opened(
 ) -> Iterator[tuple[io.InputSource, bool]]:
     """The input as the commands read it, and whether its types are declared (Parquet)."""
     if isinstance(data, pd.DataFrame | pa.Table):  # each cell read on its own, as text
-        yield TableInput(data, names, None), False
+        yield io.TableInput(data, names, None), False
         return
     if not isinstance(data, str | os.PathLike):
         raise UsageError("data must be a pandas DataFrame, an Arrow table or a path")

@@ -2,10 +2,10 @@
 
 One job per module, so that a change to one stays there: `formats` (names, formats, flags),
 `streams` (stdin and pipes spooled, compressed bytes), `csv_read` with `csv_scan` and
-`field_cap` (CSV records and their structure checks), `source` and `read` (an input read in
-passes; Parquet and directories), `atomic` and `stops` (files that appear whole, or not at all),
-`serialise`, `write` and `parts` (tables to files, stdout and part directories). Callers import
-from here; docs/architecture.md draws the map.
+`field_cap` (CSV records and their structure checks), `source`, `read` and `memory` (an input
+read in passes; Parquet and directories; an in-memory table, cell by cell), `atomic` and `stops`
+(files that appear whole, or not at all), `serialise`, `write` and `parts` (tables to files,
+stdout and part directories). Callers import from here; docs/architecture.md draws the map.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from dpsynth_cli.io.formats import (
     detect_format,
     parquet_files,
 )
+from dpsynth_cli.io.memory import TableInput
 from dpsynth_cli.io.parts import (
     atomic_directory,
     check_part_directory,
@@ -63,6 +64,7 @@ __all__ = [
     "InputSource",
     "InputTable",
     "OutputClosed",
+    "TableInput",
     "atomic_directory",
     "atomic_output",
     "atomic_write_bytes",

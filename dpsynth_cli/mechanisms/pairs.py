@@ -32,10 +32,12 @@ cell of each histogram (a nullable column's "missing" is a cell), so every one-w
 histogram has L1 sensitivity sens = 1 (replace one row: 2, `histogram_sensitivity`). Step 2 puts
 scale sens * D / eps_1 on each of the D one-way histograms (each eps_1 / D-DP; D of them compose
 to eps_1). Step 4's score |H - E|_1 has sensitivity sens (E is fixed by released values; rounding
-down to an integer keeps a change of at most sens), so each round of permute-and-flip at eps_S / R
-is (eps_S / R)-DP (McKenna & Sheldon 2020, Theorem 1) and the R rounds compose to eps_S
-(adaptively: each round's candidates and scores' reference tables depend only on earlier
-releases). Step 5 puts scale sens * R / eps_2 on each of the R histograms: eps_2. The grids,
+down to an integer keeps a change of at most sens; `score` computes it in integers with E on a
+public grid, so no float error can carry it across an integer), so each round of
+permute-and-flip at eps_S / R is (eps_S / R)-DP (McKenna & Sheldon 2020, Theorem 1) and the R
+rounds compose to eps_S (adaptively: each round's candidates and scores' reference tables depend
+only on earlier releases). Step 5 puts scale sens * R / eps_2 on each of the R histograms: eps_2.
+The grids,
 bins, R and every scale are functions of public facts (schema, eps, D) and released values (the
 noisy count, the one-way release), never of the rows. Total eps_1 + eps_S + eps_2 = epsilon
 exactly (rational arithmetic; `tests/test_pairs.py`). Steps 3 and 6 read only released values.
@@ -411,7 +413,7 @@ def binned_tables(
     under both orders of the pair."""
     out = {}
     for (i, j), t in two_way.items():
-        out[(i, j)] = np.zeros((k[i], k[j]))
+        out[(i, j)] = np.zeros((k[i], k[j]), dtype=np.int64)  # exact counts
         np.add.at(out[(i, j)], (pair_bin[i][:, None], pair_bin[j][None, :]), t)
         out[(j, i)] = out[(i, j)].T
     return out
@@ -454,13 +456,25 @@ def record_spends(mp: Plan, ledger: Ledger) -> None:
     )
 
 
-def _pick(source: noise.RandomSource, scores: list[float], mp: Plan) -> int:
-    q = np.array([math.floor(x) for x in scores], dtype=np.int64)
+def _pick(source: noise.RandomSource, scores: list[int], mp: Plan) -> int:
+    q = np.array(scores, dtype=np.int64)
     return noise.permute_and_flip(source, q, mp.round_epsilon, mp.sensitivity)
 
 
-def _l1(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.abs(a - b).sum())
+REFERENCE_BITS = 20  # the reference table of a score, on the grid of 2^-20 (public)
+
+
+def score(counts: np.ndarray, reference: np.ndarray) -> int:
+    """floor(|counts - R|_1) in exact integer arithmetic, R the `reference` (a function of
+    released values) rounded to the 2^-REFERENCE_BITS grid, itself post-processing. A row moves
+    |counts - R|_1 by at most sens exactly (triangle inequality), so the floor by at most sens:
+    no float rounding can carry a score across an integer (issue 35, finding 7). Exact for up
+    to 2^42 rows in a cell; the sum is split in 32-bit halves so it cannot overflow."""
+    one = 1 << REFERENCE_BITS
+    grid = np.rint(np.asarray(reference, dtype=np.float64) * one).astype(np.int64)
+    gap = np.abs(np.asarray(counts, dtype=np.int64) * one - grid)
+    high, low = int((gap >> 32).sum()), int((gap & 0xFFFFFFFF).sum())
+    return ((high << 32) + low) >> REFERENCE_BITS
 
 
 def select_tree(
@@ -474,7 +488,7 @@ def select_tree(
     the pairs furthest from independence, as MST chooses it."""
     D = len(marg)
     pairs = [(i, j) for i in range(D) for j in range(i + 1, D)]
-    scores = [_l1(tables[p], total * np.outer(marg[p[0]], marg[p[1]])) for p in pairs]
+    scores = [score(tables[p], total * np.outer(marg[p[0]], marg[p[1]])) for p in pairs]
     component = list(range(D))
     edges: list[tuple[int, int]] = []
     for _ in range(D - 1):
@@ -491,7 +505,7 @@ def second_candidates(
     joints: dict[tuple[int, int], np.ndarray],
     order: list[int],
     parent: list[int],
-) -> tuple[list[tuple[int, int]], list[float]]:
+) -> tuple[list[tuple[int, int]], list[int]]:
     """The (c, b) pairs that may give c a second parent b (a tree neighbour of c's parent p
     placed before c) and each one's score: the L1 distance of the (b, c) table in `tables`
     (both orders) from what the tree's `joints` imply."""
@@ -510,7 +524,7 @@ def second_candidates(
             if b != c and position[b] < position[c]:
                 bp = joints[(b, p)] if (b, p) in joints else joints[(p, b)].T
                 candidates.append((c, b))
-                scores.append(_l1(tables[(b, c)], bp @ given_p))
+                scores.append(score(tables[(b, c)], bp @ given_p))
     return candidates, scores
 
 
