@@ -88,10 +88,16 @@ def boolean_codes(column: pa.ChunkedArray) -> np.ndarray:
 
 
 def category_codes(column: pa.ChunkedArray, levels: tuple[str, ...], other: str | None):
-    """The index of each cell's level (text after trimming); an undeclared value is `other`'s
-    index when declared, else missing (NaN) like an empty cell."""
+    """The index of each cell's level (text after trimming; a whole number written with a
+    fraction of zeros, 63.0, is the level 63); an undeclared value is `other`'s index when
+    declared, else missing (NaN) like an empty cell."""
     text = as_text(column)
-    index = pc.index_in(text, value_set=pa.array(levels, pa.string()))
+    declared = pa.array(levels, pa.string())
+    index = pc.index_in(text, value_set=declared)
+    # a whole number written as a real one (pandas writes 63 as 63.0 once a column has a gap)
+    # is its level "63", as the same column read from Parquet is
+    whole = pc.replace_substring_regex(text, pattern=r"^\+?(-?[0-9]+)\.0*$", replacement=r"\1")
+    index = pc.coalesce(index, pc.index_in(whole, value_set=declared))
     if other is not None:
         fallback = pa.scalar(levels.index(other), index.type)
         index = pc.if_else(pc.and_(pc.is_null(index), pc.is_valid(text)), fallback, index)

@@ -619,3 +619,19 @@ def test_missing_values_are_no_spike_in_the_present_ones(monkeypatch, flags_used
     present = out[~np.isnan(out)]
     assert abs(np.isnan(out).mean() - 0.5) < 0.03
     assert ((present < 50).mean() < 0.05) == flags_used
+
+
+def test_a_whole_number_written_as_a_real_one_is_its_level(runner, tmp_path, monkeypatch):
+    """Issue 38: pandas writes a category of codes as 63.0 once the column has a gap; in a CSV
+    that is the level "63", as it is from Parquet (before: missing, every row dropped)."""
+    monkeypatch.chdir(tmp_path)
+    schema = {"columns": {"code": {"type": "category", "levels": ["63", "-1", "7.5"]}}}
+    Path("s.json").write_text(json.dumps(schema))
+    outputs = []
+    for name, cells in (("plain", ["63", "-1", "7.5"]), ("real", ["63.0", "-1.00", "7.5"])):
+        Path(f"{name}.csv").write_text("code\n" + "\n".join(cells * 200) + "\n")
+        args = ["synth", f"{name}.csv", "--eps", "1", "--schema", "s.json", "--seed", "1"]
+        result = runner.invoke(app, [*args, "-o", f"{name}.out.csv", "--no-budget", "-q"])
+        assert result.exit_code == 0, result.output
+        outputs.append(Path(f"{name}.out.csv").read_bytes())
+    assert outputs[0] == outputs[1]
