@@ -225,3 +225,17 @@ def test_online_replay_follows_a_link_named_like_its_report(tmp_path):
     assert json.loads(real.read_text())["ledger"]["total_epsilon"] == 1.0
     assert (out / "release-000000000100.csv").is_symlink()
     assert len(release.read_text().splitlines()) == 101
+
+
+def test_no_default_report_beside_a_fifo(small_csv, tmp_path):
+    """`-o FIFO` without --report: no FIFO.report.json beside it (as `-o /dev/null` must not
+    make /dev/null.report.json in /dev), and a notice says so, as for stdout."""
+    fifo = FifoReader(tmp_path / "out.csv")
+    cmd = [sys.executable, "-m", "dpsynth_cli", "synth", str(small_csv), "-o", str(fifo.path)]
+    cmd += ["--eps", "1", *BOUNDS[:-1]]  # not --quiet: the notice
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env, timeout=300)
+    assert fifo.data().startswith(b'"age","score"\n')
+    assert done.returncode == 0, done.stderr
+    assert sorted(os.listdir(tmp_path)) == ["out.csv", "small.csv"] and is_fifo(fifo.path)
+    assert f"no report written ({fifo.path} is not a regular file)" in done.stderr

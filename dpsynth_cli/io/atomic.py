@@ -65,6 +65,16 @@ def _check_output_path(path: str) -> tuple[str, str, bool]:
     return target, directory, False
 
 
+def written_in_place(path: str) -> bool:
+    """Whether `path` is (or is a symbolic link to) a device or a FIFO, which an output is
+    written into rather than replaced (`_check_output_path`); False for anything else."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISSOCK(mode))
+
+
 @contextlib.contextmanager
 def atomic_output(path: str, *, private: bool = False) -> Iterator[BinaryIO]:
     """Yield a binary file that replaces `path` atomically when the block ends without error.
