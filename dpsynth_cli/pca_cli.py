@@ -192,7 +192,7 @@ def pca(
     if report_file == "-":  # after the files: a reader of stdout may stop at any time
         io.write_text_stdout(report.dumps(public), final=True)
     elif report_file is None:
-        feedback.notice("no report written (the output went to stdout): add --report FILE")
+        feedback.notice(report.no_report_notice(output))
     _summary(feedback, public, output, report_file)
 
 

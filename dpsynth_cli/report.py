@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dpsynth_cli import __version__
+from dpsynth_cli import __version__, io
 from dpsynth_cli.domain import ColumnChoice, Domain
 from dpsynth_cli.errors import UsageError
 from dpsynth_cli.mechanisms.base import MechanismRun
@@ -113,10 +113,22 @@ def build_report(
 
 def report_path(flag: str | None, output: str) -> str | None:
     """Where the report goes: --report FILE, or '-' (stdout, after the output's files are
-    written), else OUTPUT.report.json next to a file output, else nowhere (a notice says so)."""
+    written), else OUTPUT.report.json next to a file output, else nowhere (a notice says so,
+    `no_report_notice`): not beside stdout, nor beside a device or a FIFO (no
+    /dev/null.report.json made in /dev)."""
     if flag == "-" and output == "-":
         raise UsageError("--report - and the table cannot both go to stdout: give -o FILE")
-    return flag or (None if output == "-" else output.rstrip("/") + ".report.json")
+    if flag:
+        return flag
+    if output == "-" or io.written_in_place(output):
+        return None
+    return output.rstrip("/") + ".report.json"
+
+
+def no_report_notice(output: str) -> str:
+    """Why no report was written (`report_path` gave None)."""
+    where = "the output went to stdout" if output == "-" else f"{output} is not a regular file"
+    return f"no report written ({where}): add --report FILE to keep it"
 
 
 def files(outputs: dict[str | None, Any]) -> dict[str, str]:

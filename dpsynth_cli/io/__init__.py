@@ -16,6 +16,7 @@ from dpsynth_cli.io.atomic import (
     fsync_dir,
     move_file,
     process_alive,
+    written_in_place,
 )
 from dpsynth_cli.io.csv_read import CSV_BLOCK_BYTES
 from dpsynth_cli.io.field_cap import field_limit
@@ -94,4 +95,5 @@ __all__ = [
     "write_part_directory",
     "write_table",
     "write_text_stdout",
+    "written_in_place",
 ]

@@ -251,6 +251,7 @@ def write_part_directory(
         for out, content in extras.items():  # entered first, so renamed after the directory
             side = stack.enter_context(atomic_output(out, private=out in private))
             side.write(_encoded(content))
+            side.flush()  # a device's write error (/dev/full) now: before any rename
         tmp = stack.enter_context(atomic_directory(path, input_path=input_path))
         parts = fill(tmp)
         _settle_parts(tmp, parts, suffix, path)

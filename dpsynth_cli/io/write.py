@@ -55,7 +55,10 @@ def write_outputs(
     leaves every path as it was. With stdout for the table, the extra files are committed
     before it is written; batches for stdout are then first staged in an anonymous temporary
     file, so that the extra files are committed only once the whole table exists (without
-    extra files they go to stdout as they come).
+    extra files they go to stdout as they come). A path that is a device or a FIFO (or a
+    symbolic link to one) is written into as its data comes, like stdout, never replaced
+    (`atomic_output`); each output is flushed once written, so that a write error there (e.g.
+    /dev/full) fails the run before anything is renamed.
 
     `final`: these are the run's last outputs. Once they are all in place (the table written to
     stdout too), the run is finished: a stop signal held during the renames is dropped rather
@@ -77,10 +80,12 @@ def write_outputs(
                 if not callable(content):
                     side = stack.enter_context(atomic_output(out, private=out in private))
                     side.write(_encoded(content))
+                    side.flush()  # a device's write error (/dev/full) now: before any rename
             if path != STDIO:
                 fh = stack.enter_context(atomic_output(path))
                 for chunk in _serialise(pieces, schema, path, fmt):
                     fh.write(chunk)
+                fh.flush()
             elif extras and not isinstance(data, pa.Table):
                 staged = keep.enter_context(tempfile.TemporaryFile())
                 _stage(_serialise(pieces, schema, path, fmt), staged)
@@ -88,6 +93,7 @@ def write_outputs(
                 if callable(content):
                     side = stack.enter_context(atomic_output(out, private=out in private))
                     side.write(_encoded(content()))
+                    side.flush()
             _set_signals_blocked(True)  # a SIGTERM now waits until all renames are done
         if path == STDIO:  # after the extra files: the reader may close the pipe at any time
             if staged is not None:
@@ -130,8 +136,14 @@ def _check_paths(paths: list[str], input_path: str | None) -> None:
 def _probe_directory(path: str) -> None:
     """Create and remove a temporary file where `atomic_output` will put `path`'s, so that a
     read-only directory fails now rather than after the work (named like `atomic_output`'s
-    temporary files, so a run killed in between leaves nothing a later run keeps)."""
-    target, directory = _check_output_path(path)
+    temporary files, so a run killed in between leaves nothing a later run keeps). A device or
+    a FIFO, written in place, is not opened now (a FIFO's reader would see its end): only
+    whether we may write it is checked; no temporary file is made beside it (e.g. in /dev)."""
+    target, directory, in_place = _check_output_path(path)
+    if in_place:
+        if not os.access(target, os.W_OK):
+            raise DataError(f"cannot write {path}: {os.strerror(errno.EACCES)}")
+        return
     _set_signals_blocked(True)
     try:
         fd, tmp = tempfile.mkstemp(

@@ -46,6 +46,7 @@ from dpsynth_cli.errors import DataError, PrivacyRefusal, UsageError
 from dpsynth_cli.io import (
     FORMATS,
     atomic_write_bytes,
+    check_outputs,
     move_file,
     process_alive,
     signals_held,
@@ -316,9 +317,14 @@ def _created(out_dir: str) -> Iterator[None]:
 
 
 def check_dirs(out_dir: str, state_dir: str | None) -> None:
-    """OUT_DIR is published and the state is secret: they must not overlap."""
+    """OUT_DIR is published and the state is secret: they must not overlap. The report's path
+    in an existing OUT_DIR is checked as synth's outputs are (`io.check_outputs`: a link loop
+    or a directory named like it refused before any row is read; a device or a FIFO there is
+    written into, a symbolic link followed, when the report is written)."""
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise UsageError(f"--out-dir {out_dir} is not a directory")
+    if os.path.isdir(out_dir):
+        check_outputs([os.path.join(out_dir, REPORT_NAME)], None)
     if state_dir:
         out, st = os.path.realpath(out_dir), os.path.realpath(state_dir)
         if os.path.commonpath([out, st]) in (out, st):
