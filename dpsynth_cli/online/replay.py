@@ -498,8 +498,8 @@ def _stops(
     """This run's checkpoints: stream length t -> the checkpoint times released at t (None: a
     checkpoint by row count, or --release-at-end). Public: the flags, which of them the stream
     reaches (the releases show it) and, for checkpoints by time, the --order-by column
-    (`timeline`); `meta["timeline"]` keeps the
-    grid's origin and the last time seen, so that a continued stream keeps its grid."""
+    (`timeline`); `meta["timeline"]` keeps the grid's origin and the last time seen, so that a
+    continued stream keeps its grid."""
     rule = time_rule(options.checkpoints)
     stops: dict[int, list[float | None]] = {}
     if rule is None:
