@@ -147,8 +147,9 @@ Mechanism = Annotated[
         show_default=True,
         help="The online synthesiser, e.g. --mechanism marginals. auto: marginals without "
         "--state when synth's auto rule would pick it (4 to 100 columns, eps x rows / "
-        "(sensitivity x columns) >= 90, rows: the stream's at the end of the run), else "
-        "partition. partition: the binary "
+        "(sensitivity x columns) >= 90, rows: those of the last checkpoint this run releases, "
+        "or with --row-counts-public those at the end of the run; the report's planning_rows), "
+        "else partition. partition: the binary "
         "hierarchical partition of dissertation ch. 5 (Algorithms 10-12; a-priori W1 bounds, "
         "--state). marginals: every column's and column pair's histogram released continually "
         "over this run's checkpoints and a tree model drawn from them, as synth's "
@@ -170,7 +171,9 @@ RowCountsPublic = Annotated[
     _opt(
         "--row-counts-public",
         help="Declare the number of rows at the end of each run public (not protected), e.g. "
-        "--release-at-end --row-counts-public.",
+        "--release-at-end --row-counts-public. That number then also plans the run (auto's "
+        "choice; marginals' grids, bins and one-way share); without it the last checkpoint's "
+        "rows do.",
     ),
 ]
 

@@ -8,6 +8,8 @@ the nodes-per-row factor of the noise scale (caught); releases well-formed, cons
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
@@ -263,3 +265,83 @@ def test_auto_picks_marginals_on_a_mixed_stream(runner, tmp_path, monkeypatch):
     assert run(runner, *args[:-2], "--out-dir", "rel2", "--state", "st").exit_code == 0
     report = json.loads((tmp_path / "rel2" / REPORT_NAME).read_text())
     assert report["mechanism"]["name"].startswith("online synthetic data")
+
+
+# -- the plan reads public facts only (privacy review, finding 2) ----------------------------------
+def tail(rows: int) -> list[str]:
+    """`rows` rows after the last checkpoint: all on the stream's last day (2021-04-10), so they
+    reach no checkpoint by row count (`1000`) or by time (`monthly`: the next is May 1)."""
+    return ["2021-04-10" + line[10:] for line in mixed_lines(rows, seed=1)]
+
+
+@pytest.mark.parametrize(
+    "mechanism,checkpoints,last", [("marginals", "1000", 1000), ("auto", "monthly", 900)]
+)
+def test_the_rows_after_the_last_checkpoint_change_nothing(tmp_path, mechanism, checkpoints, last):
+    """The reviewer's reproduction through `python -m dpsynth_cli`: two streams with the same
+    1,000 rows and 30 vs 3,030 rows after the last checkpoint, the same --seed. Their number is
+    not released (no --row-counts-public), so the mechanism (auto, replace: 1,000 rows plan
+    partition, 4,030 would plan marginals), the grids, bins and one-way share are planned from
+    the last checkpoint's rows: every release and the report byte-identical, and so are the
+    messages and exit code."""
+    cmd = [sys.executable, "-m", "dpsynth_cli", "online-replay", "s.csv", *map(str, COMMON)]
+    cmd += ["--checkpoints", checkpoints, "--mechanism", mechanism, "--out-dir", "rel"]
+    procs = []
+    for extra in (30, 3030):
+        write(tmp_path / str(extra), mixed_lines(1000) + tail(extra))
+        procs.append(
+            subprocess.Popen(
+                cmd, cwd=tmp_path / str(extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            )
+        )
+    seen = []
+    for extra, proc in zip((30, 3030), procs, strict=True):
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        seen.append((out, err, listing(tmp_path / str(extra) / "rel")))
+    assert seen[0] == seen[1]
+    report = json.loads(seen[0][2][REPORT_NAME])
+    assert report["checkpoints"][-1]["rows"] == last
+    assert report["mechanism"]["chosen"]["planning_rows"] == last
+    name = report["mechanism"]["name"]
+    assert name.startswith("online marginals" if mechanism == "marginals" else "online synth")
+
+
+@pytest.mark.parametrize(
+    "flags,planned",
+    [
+        (["--checkpoints", "1000"], 1000),
+        (["--checkpoints", "every:300"], 900),
+        (["--checkpoints", "monthly"], 900),  # the rows before 2021-04-01 (public timeline)
+        (["--checkpoints", "5000"], 0),  # no checkpoint reached: nothing released
+        (["--checkpoints", "1000", "--row-counts-public"], 1030),  # declared public
+    ],
+)
+def test_the_plan_takes_the_planning_size_not_the_row_count(
+    runner, tmp_path, monkeypatch, flags, planned
+):
+    """1,030 rows: choose_mechanism and the marginals plan (grids, one-way share, bins) get the
+    last checkpoint's row count, or with --row-counts-public the count at the end; the report
+    says which, and never the count at the end otherwise."""
+    replay_mod = sys.modules["dpsynth_cli.online.replay"]
+    asked: dict[str, int] = {}
+    choose, plan = replay_mod.choose_mechanism, om.continual_plan
+
+    def spy_choose(options, specs, state_dir, rows):
+        asked["choose"] = rows
+        return choose(options, specs, state_dir, rows)
+
+    def spy_plan(epsilon, rows, *args):
+        asked["plan"] = rows
+        return plan(epsilon, rows, *args)
+
+    monkeypatch.setattr(replay_mod, "choose_mechanism", spy_choose)
+    monkeypatch.setattr(om, "continual_plan", spy_plan)
+    write(tmp_path, mixed_lines(1030))
+    monkeypatch.chdir(tmp_path)
+    result = run(runner, "s.csv", *COMMON, *flags, *MARGINALS, "--out-dir", "rel")
+    assert result.exit_code == 0, result.output
+    assert asked == {"choose": planned, "plan": planned}
+    text = (tmp_path / "rel" / REPORT_NAME).read_text()
+    assert json.loads(text)["mechanism"]["chosen"]["planning_rows"] == planned
+    assert ("1030" in text) is (planned == 1030)

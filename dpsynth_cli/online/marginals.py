@@ -4,8 +4,10 @@ The offline `marginals` mechanism (`mechanisms.pairs`) measures one-way and two-
 histograms are counts, so the Binary Mechanism (dissertation ch. 5) releases them on a stream.
 
 Public before any row is read (no --state: the whole run is one stream): the K checkpoints of
-this run (`replay._stops`, from the flags and the public timeline), the number of rows n at the
-end (public in PRIVACY_MODEL), eps, the relation and the schema. From them alone:
+this run (`replay._stops`, from the flags and the public timeline), the planning size n
+(`replay.planning_size`: the row count of the last checkpoint, whose release has exactly n rows;
+with --row-counts-public the number of rows at the end, declared public; never the rows after
+the last checkpoint, which are not released), eps, the relation and the schema. From them alone:
 - every attribute's grid (`mechanisms.attributes`, release grid for n), eps_1 for the one-way
   histograms (pairs' ONE_WAY / ONE_WAY_LOW rule with n), eps_2 = eps - eps_1 for the two-way
   histograms of EVERY pair of attributes (P = D(D-1)/2 pairs: no private selection), and the
@@ -170,7 +172,9 @@ class ContinualPlan(pairs.Plan):
 
 
 def continual_plan(epsilon: Fraction, rows: int, cube: StreamCube, relation: str, sched: Schedule):
-    """Shares, grids and bins from eps, the public row count at the end, the schema and K."""
+    """Shares, grids and bins from eps, the public planning size `rows` (`replay.planning_size`:
+    the last checkpoint's row count, or the count at the end if declared public), the schema
+    and K."""
     dom = cube.domain
     sens = histogram_sensitivity(relation)
     base = attributes(
@@ -225,11 +229,12 @@ class MarginalsEngine:
     def use(self, source: noise.RandomSource) -> None:
         self._source = source
 
-    def prepare(self, stops: list[int], end: int) -> None:
-        """Fix the node schedule and the plan from the run's checkpoints and length (public)."""
+    def prepare(self, stops: list[int], rows: int) -> None:
+        """Fix the node schedule and the plan from the run's checkpoints and planning size
+        (`replay.planning_size`; both public)."""
         self.ends = sorted({t for t in stops if t > self.t})
         self.sched = schedule(len(self.ends))
-        self.plan = continual_plan(self.epsilon, end, self.cube, self.relation, self.sched)
+        self.plan = continual_plan(self.epsilon, rows, self.cube, self.relation, self.sched)
         self._segment = pairs.PairCounts(self.plan.attributes)
         self._bins_rng = self._source.spawn("bins").numpy_generator()
         self._one_src = self._source.spawn("one-way")

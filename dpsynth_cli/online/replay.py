@@ -120,10 +120,20 @@ class ReplayOptions:
 
 
 MECHANISMS = ("auto", "partition", "marginals")
+# Privacy review, finding 2: the plan once read the number of rows at the end of the run, which
+# is not released unless it is a checkpoint (30 or 3,030 rows after the last checkpoint gave
+# other grids, bins, even another mechanism, and so other releases).
+PLANNING = (
+    "planning_rows: the number of rows of the last checkpoint this run releases (public: a "
+    "release at checkpoint t has exactly t rows; 0 when it releases none) or, with "
+    "--row-counts-public, the number of rows at the end of the run (declared public); the rows "
+    "after the last checkpoint are never counted for the plan"
+)
 AUTO_RULE = (
     "auto: marginals without --state when synth's auto rule picks marginals for these columns, "
-    "eps and the stream's number of rows at the end of the run (public), with "
-    "--neighboring's sensitivity; otherwise (and with --state) partition"
+    "eps and planning_rows (the last checkpoint's rows, or with --row-counts-public the rows at "
+    "the end of the run), with --neighboring's sensitivity; otherwise (and with --state) "
+    "partition"
 )
 MARGINALS_STATE = (
     "--mechanism marginals cannot continue a --state: its node schedule is fixed by the "
@@ -140,11 +150,22 @@ def check_mechanism(options: ReplayOptions, state_dir: str | None) -> None:
         raise UsageError(MARGINALS_STATE)
 
 
+def planning_size(options: ReplayOptions, stops: Iterable[int], end: int) -> int:
+    """The number of rows that plans this run (PLANNING), a public number: with
+    --row-counts-public the rows at the end (`end`, declared public), otherwise the largest of
+    this run's checkpoints (`_stops`: by row count, or the rows before a checkpoint time), whose
+    release has exactly that many rows; 0 when the run releases nothing."""
+    if options.row_counts_public:
+        return end
+    return max(stops, default=0)
+
+
 def choose_mechanism(
     options: ReplayOptions, specs: list[ColumnSpec], state_dir: str | None, rows: int
 ) -> str:
     """The online mechanism for `--mechanism auto` (AUTO_RULE), from public facts only: the
-    flags, the declared columns and the number of rows of the stream (public, PRIVACY_MODEL).
+    flags, the declared columns and `rows`, the run's `planning_size` (never the number of rows
+    at the end unless --row-counts-public declares it public).
     Measured: marginals on seattle-weather and flights (docs/benchmarks.md, "online-replay on
     real mixed tables"); partition on the numeric streams before issue 25."""
     if options.mechanism != "auto":
@@ -281,15 +302,19 @@ def replay(
         if isinstance(rows, pa.Table):
             by_time = time_rule(options.checkpoints) is not None
             rows = from_table(rows, specs, options.order_by, by_time)
-        if choose_mechanism(options, specs, state_dir, rows.rows) == "marginals":
+        start = engine.t if engine is not None else 0  # secret: never reported
+        new = _new_rows(rows, start, meta, options)
+        stops = _stops(options, meta, new.timeline, start, start + new.count)
+        size = planning_size(options, stops, start + new.count)
+        if choose_mechanism(options, specs, state_dir, size) == "marginals":
             engine = MarginalsEngine(StreamCube(tuple(specs)), plan.epsilon, plan.relation)
         engine = engine or OnlineEngine(plan)
-        new = _new_rows(rows, engine, meta, options)
         with _created(out_dir), _staging(state_dir) as staging:
             return _run(
                 engine,
                 meta,
                 new,
+                (stops, size),
                 plan,
                 specs,
                 options,
@@ -344,12 +369,12 @@ class _NewRows:
     timeline: Timeline | None = None  # the --order-by times of the input's rows (by time)
 
 
-def _new_rows(rows: RowStream, engine: OnlineEngine, meta: dict, options: ReplayOptions):
-    """The rows this run adds to the stream (whole mode: after checking the consumed prefix)."""
+def _new_rows(rows: RowStream, done: int, meta: dict, options: ReplayOptions):
+    """The rows this run adds to the stream after the `done` rows earlier runs replayed (whole
+    mode: after checking that consumed prefix)."""
     if options.input_mode == "new":
         meta["prefix_sha256"] = None
         return _NewRows(rows.rows, rows.batches, timeline=rows.timeline)
-    done = engine.t
     if done and meta.get("prefix_sha256") is None:
         raise PrivacyRefusal("this state was continued with --input-mode new: keep using it")
     if rows.rows < done:
@@ -477,9 +502,10 @@ def _stops(
     options: ReplayOptions, meta: dict, timeline: Timeline | None, start: int, end: int
 ) -> dict[int, list[float | None]]:
     """This run's checkpoints: stream length t -> the checkpoint times released at t (None: a
-    checkpoint by row count, or --release-at-end). Public: the flags, the number of rows and,
-    for checkpoints by time, the --order-by column (`timeline`); `meta["timeline"]` keeps the
-    grid's origin and the last time seen, so that a continued stream keeps its grid."""
+    checkpoint by row count, or --release-at-end). Public: the flags, which of them the stream
+    reaches (the releases show it) and, for checkpoints by time, the --order-by column
+    (`timeline`); `meta["timeline"]` keeps the grid's origin and the last time seen, so that a
+    continued stream keeps its grid."""
     rule = time_rule(options.checkpoints)
     stops: dict[int, list[float | None]] = {}
     if rule is None:
@@ -508,19 +534,20 @@ def _stops(
     return stops
 
 
-def _run(engine, meta, new, plan, specs, options, source, dirs, state_dir, command, progress):
+def _run(
+    engine, meta, new, planned, plan, specs, options, source, dirs, state_dir, command, progress
+):
+    """`planned`: this run's checkpoints (`_stops`) and its `planning_size`."""
     out_dir, staging = dirs
-    rows_timeline = new.timeline
+    stops, size = planned
     engine.use(source)
     cube = StreamCube(tuple(specs))
     rules = Rules(cube.domain, options.constraints) if options.constraints else None
     rng = source.spawn("post-processing").numpy_generator()
     start = engine.t  # rows replayed before this run (secret: never reported)
-    end = start + new.count  # the number of rows is public (PRIVACY_MODEL)
-    stops = _stops(options, meta, rows_timeline, start, end)
     marginal = isinstance(engine, MarginalsEngine)
     if marginal:
-        engine.prepare(list(stops), end)
+        engine.prepare(list(stops), size)
     released: list[dict[str, Any]] = []
     pending: list[list[str]] = []  # [staged, final]
 
@@ -581,7 +608,12 @@ def _run(engine, meta, new, plan, specs, options, source, dirs, state_dir, comma
             _publish(path, final)
     files = [final for _, final in pending]
     mechanism = engine.to_json() if marginal else _partition_json(plan)
-    mechanism["chosen"] = {"requested": options.mechanism, "rule": AUTO_RULE}
+    mechanism["chosen"] = {
+        "requested": options.mechanism,
+        "rule": AUTO_RULE,
+        "planning_rows": size,
+        "planning_rule": PLANNING,
+    }
     accuracy = MARGINALS_ACCURACY if marginal else PARTITION_ACCURACY
     seeded = meta["seeded"]
     report = build_report(
