@@ -16,8 +16,12 @@ in-memory table given to the Python API without `dataset=` ("memory").
 
 Composition is basic: the spends of a dataset add up (epsilons and deltas separately), which
 holds for any mix of pure and (eps, delta) releases. A stream continued with --state counts
-once: its spend is recorded when the stream starts, and a run that continues a state whose
-start is recorded is not charged again (`charge(stream=...)`).
+once per dataset: its eps is recorded (with the stream's id) under the dataset its first run
+reads, and a run that continues the state costs nothing only under a dataset where the stream
+is recorded already. A continuation that reads another dataset (--input-mode new with another
+file, another --dataset) records the stream's eps under that dataset too, and is refused past
+that dataset's total like any run (`charge(stream=..., resumed=True)`): the stream's releases
+are eps-DP for the people of every dataset it reads, so each of them pays eps once.
 
 Order and safety: the spend is written (fsynced) before the run reads a row, so a crash or a
 failure later never loses it; the spend of a run that fails after that point is kept (the
@@ -260,12 +264,12 @@ class BudgetFile:
     ) -> bool:
         """Refuse (PrivacyRefusal) if the spend would pass the dataset's total; else record it
         (unless `record` is False: the check before the input is opened). A stream continued
-        from a state (`resumed`) whose start is recorded (under any dataset) costs nothing:
-        returns False then."""
+        from a state (`resumed`) costs nothing under a dataset where it is recorded already
+        (returns False then); under another dataset it is charged, and recorded, like a start."""
         eps, dlt = _exact(epsilon, "--eps"), _exact(delta, "--delta")
         with self.locked() as entries:
             entry = entries.get(dataset.key) or Entry(dataset.label, None, None, [])
-            if resumed and stream and _recorded(entries, stream):
+            if resumed and stream and _recorded(entry, stream):
                 return False
             _refuse_past_total(entry, command, eps, dlt)
             if not record:
@@ -299,10 +303,11 @@ class BudgetFile:
             return entries.pop(dataset.key, None)
 
 
-def _recorded(entries: dict[str, Entry], stream: str) -> bool:
-    """Whether a stream's start is recorded, under any dataset: with --input-mode new each run
-    may read another file, and the stream's eps covers all of them."""
-    return any(r.get("stream") == stream for e in entries.values() for r in e.releases)
+def _recorded(entry: Entry, stream: str) -> bool:
+    """Whether the stream's eps is recorded under this dataset already (its start, or an earlier
+    continuation that read it). Under another dataset only does not count: with --input-mode new
+    a run may read another file, whose people the stream's eps has not been charged to yet."""
+    return any(r.get("stream") == stream for r in entry.releases)
 
 
 def _refuse_past_total(entry: Entry, command: str, eps: Fraction, delta: Fraction) -> None:

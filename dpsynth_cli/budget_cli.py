@@ -94,8 +94,8 @@ def guard(
     state_dir: str | None = None,
 ) -> Guard:
     """The run's `Guard` (refuses a run past its total). `input` None: an in-memory table (the
-    API). `state_dir`: online-replay's --state; a run that continues a state whose stream is
-    recorded is not charged again."""
+    API). `state_dir`: online-replay's --state; a run that continues a state is not charged
+    again under a dataset where its stream is recorded (it is under any other)."""
     where = budget.resolve_path(path, off)
     stream = budget.stream_id(state_dir) if state_dir else None
     resumed = bool(state_dir) and os.path.exists(os.path.join(state_dir, "state.npz"))

@@ -280,7 +280,7 @@ def replay_opened(
     kept, left_out = choose(declared.constraints, specs)
     options = dataclasses.replace(options, constraints=kept)
     plan_for(options, specs)  # usage errors before any row is read
-    spend.charge()  # once per stream: a continued --state is not charged again
+    spend.charge()  # once per stream and dataset: a continued --state reading it is free
     order_by = options.order_by
     with step("reading the --order-by column" if order_by else "reading input"):
         rows = open_stream(read, specs, order_by, time_rule(options.checkpoints) is not None)

@@ -280,14 +280,62 @@ def test_deltas_add_up_against_their_own_total(tmp_path):
             file.charge(data, "pca", 1, bad)  # a negative spend would refund the budget
 
 
-def test_a_stream_fed_new_files_is_charged_once(runner, tmp_path, private_budget):
-    """--input-mode new reads another file each run: the stream is still one spend."""
+def test_a_stream_fed_new_files_is_charged_once_per_file(runner, tmp_path, private_budget):
+    """--input-mode new reads another file each run: the stream's eps is recorded once under
+    each file it reads (the same stream id), and a file read again costs nothing more."""
     rng = np.random.default_rng(5)
     args = ["--eps", 1, "--bounds", "x=0:1", "--checkpoints", "every:100", "--input-mode", "new"]
     args += ["--state", tmp_path / "state", "--out-dir", tmp_path / "out", "-q"]
-    for day in range(2):
+    for day in (0, 1, 1):
         part = tmp_path / f"day{day}.csv"
         pd.DataFrame({"x": rng.random(150)}).to_csv(part, index=False)
         done = invoke(runner, "online-replay", part, *args)
         assert done.exit_code == 0, done.output
-    assert len(releases(private_budget)) == 1
+    raw = json.loads(private_budget.read_text())["datasets"]
+    assert sorted(Path(e["label"]).name for e in raw.values()) == ["day0.csv", "day1.csv"]
+    assert all(len(e["releases"]) == 1 for e in raw.values())
+    assert len({r["stream"] for r in releases(private_budget)}) == 1
+
+
+def dpsynth(*args, stdin=None, timeout=300, shell=False) -> subprocess.CompletedProcess:
+    """The real command, `python -m dpsynth_cli ARGS`, in a process of its own (the budget file
+    of the test through $DPSYNTH_BUDGET)."""
+    command = [sys.executable, "-m", "dpsynth_cli", *map(str, args)]
+    if shell:  # bash, for process substitution: ARGS are bash words
+        command = ["bash", "-c", " ".join([sys.executable, "-m", "dpsynth_cli", *args])]
+    return subprocess.run(
+        command, input=stdin, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def test_a_continued_stream_is_refused_by_the_total_of_the_data_it_reads(tmp_path, private_budget):
+    """Finding 3: `online-replay A --state S`, then `online-replay B --state S --input-mode new`
+    released B's rows although B's total was spent: a continuation is charged to, and refused
+    by, the total of the dataset it reads."""
+    rng = np.random.default_rng(8)
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    for path in (a, b):
+        pd.DataFrame({"x": rng.random(150)}).to_csv(path, index=False)
+    args = ["--eps", 2, "--bounds", "x=0:1", "--checkpoints", "every:100", "--input-mode", "new"]
+    args += ["--state", tmp_path / "state", "-q"]
+    assert dpsynth("budget", "set", "--input", b, "--eps", 1).returncode == 0
+    first = dpsynth("online-replay", a, *args, "--out-dir", tmp_path / "out")
+    assert first.returncode == 0, first.stderr
+    refused = dpsynth("online-replay", b, *args, "--out-dir", tmp_path / "out2")
+    assert refused.returncode == 3, refused.stderr
+    assert "privacy budget of dataset" in refused.stderr and str(b) in refused.stderr
+    assert not (tmp_path / "out2").exists()
+    named = dpsynth("online-replay", a, *args, "--out-dir", tmp_path / "out3", "--dataset", "b")
+    assert named.returncode == 0, named.stderr  # another --dataset: charged there (no total)
+    assert dpsynth("budget", "set", "--input", b, "--eps", 3).returncode == 0
+    for out in ("out4", "out5"):  # charged once under b, then free there
+        done = dpsynth("online-replay", b, *args, "--out-dir", tmp_path / out)
+        assert done.returncode == 0, done.stderr
+    raw = json.loads(private_budget.read_text())["datasets"]
+    labels = {Path(e["label"]).name: e["releases"] for e in raw.values()}
+    assert sorted(labels) == ["a.csv", "b", "b.csv"]
+    assert [len(r) for r in labels.values()] == [1, 1, 1]
+    assert len({r["stream"] for r in releases(private_budget)}) == 1
+    assert dpsynth("budget", "set", "b", "--eps", 1).returncode == 0  # spent 2 of 1
+    again = dpsynth("online-replay", a, *args, "--out-dir", tmp_path / "out6", "--dataset", "b")
+    assert again.returncode == 0, again.stderr  # recorded under "b": a continuation is free
