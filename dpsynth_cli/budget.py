@@ -11,8 +11,11 @@ resolved path (symlinks followed). Neither depends on the rows, so a table that 
 budget; neither depends on the columns or the schema either, since the budget protects the
 people in the rows, whichever columns a run reads (a schema change must not reset it). A moved
 or renamed file is a new path: name the data with --dataset to keep one budget across paths.
-Everything read from stdin shares the dataset "stdin" (conservative), and so does every
-in-memory table given to the Python API without `dataset=` ("memory").
+Everything read from stdin shares the dataset "stdin" (conservative), and so does every input
+that is neither a regular file nor a directory (checked with stat, symlinks followed):
+/dev/stdin, /proc/self/fd/N, a FIFO, bash's <(...), a device. Their resolved paths (a pipe's
+is unique to each run) name no data, so each run would start a new budget. Every in-memory
+table given to the Python API without `dataset=` shares the dataset "memory".
 
 Composition is basic: the spends of a dataset add up (epsilons and deltas separately), which
 holds for any mix of pure and (eps, delta) releases. A stream continued with --state counts
@@ -40,6 +43,7 @@ import hashlib
 import json
 import math
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -87,7 +91,8 @@ class Dataset:
 
 
 def dataset_for(input: str | None, name: str | None = None) -> Dataset:
-    """--dataset NAME, else the input's resolved path ("-": stdin; None: an in-memory table)."""
+    """--dataset NAME, else the input's resolved path ("-", and any input that is neither a
+    regular file nor a directory: stdin; None: an in-memory table)."""
     if name is not None:
         name = name.strip()
         if not name or not name.isprintable():
@@ -95,10 +100,21 @@ def dataset_for(input: str | None, name: str | None = None) -> Dataset:
         return Dataset(f"name:{name}", name)
     if input is None:
         return Dataset("memory", "(in-memory tables without a dataset name)")
-    if input == "-":
+    if input == "-" or not _file_or_directory(input):
         return Dataset("stdin", "(stdin)")
     path = os.path.realpath(input)
     return Dataset("file:" + hashlib.sha256(path.encode("utf-8")).hexdigest(), path)
+
+
+def _file_or_directory(path: str) -> bool:
+    """Whether `path` is a regular file or a directory (symlinks followed: /dev/stdin is the
+    pipe or terminal it points to). A path that cannot be looked at (missing, no permission)
+    counts as one: its run fails when it opens the input, after the check and before a spend."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return True
+    return stat.S_ISREG(mode) or stat.S_ISDIR(mode)
 
 
 def stream_id(state_dir: str) -> str:

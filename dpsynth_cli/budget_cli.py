@@ -47,7 +47,9 @@ DatasetOpt = Annotated[
         metavar="NAME",
         show_default=False,
         help="The name the budget keeps this input's spends under, e.g. --dataset sales "
-        "(default: the input's resolved path; a moved file would start a new budget).",
+        "(default: the input's resolved path; a moved file would start a new budget; stdin, "
+        "and any input that is not a regular file or a directory, e.g. /dev/stdin or <(...), "
+        "share the dataset of stdin).",
     ),
 ]
 

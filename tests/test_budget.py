@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -302,7 +303,8 @@ def dpsynth(*args, stdin=None, timeout=300, shell=False) -> subprocess.Completed
     of the test through $DPSYNTH_BUDGET)."""
     command = [sys.executable, "-m", "dpsynth_cli", *map(str, args)]
     if shell:  # bash, for process substitution: ARGS are bash words
-        command = ["bash", "-c", " ".join([sys.executable, "-m", "dpsynth_cli", *args])]
+        words = (a if a.startswith("<(") else shlex.quote(a) for a in command)
+        command = ["bash", "-c", " ".join(words)]
     return subprocess.run(
         command, input=stdin, capture_output=True, text=True, timeout=timeout, check=False
     )
@@ -339,3 +341,32 @@ def test_a_continued_stream_is_refused_by_the_total_of_the_data_it_reads(tmp_pat
     assert dpsynth("budget", "set", "b", "--eps", 1).returncode == 0  # spent 2 of 1
     again = dpsynth("online-replay", a, *args, "--out-dir", tmp_path / "out6", "--dataset", "b")
     assert again.returncode == 0, again.stderr  # recorded under "b": a continuation is free
+
+
+def test_pipes_and_devices_are_the_stdin_dataset(small_csv, tmp_path, private_budget):
+    """Finding 4: /dev/stdin, /proc/self/fd/0 and bash's <(...) resolve to a pipe's path, unique
+    to each run, so each was a new dataset and stepped round stdin's total. Every input that is
+    neither a regular file nor a directory is the stdin dataset."""
+    table = small_csv.read_text()
+    args = ["--input-format", "csv", "--eps", 0.5, *BOUNDS, "-q"]
+    substituted = dpsynth(
+        "synth", f"<(cat {small_csv})", *args, "-o", tmp_path / "a.csv", shell=True
+    )
+    assert substituted.returncode == 0, substituted.stderr
+    (entry,) = json.loads(private_budget.read_text())["datasets"].items()
+    assert entry[0] == "stdin" and entry[1]["label"] == "(stdin)"  # charged to stdin
+    assert dpsynth("budget", "set", "--input", "-", "--eps", 1).returncode == 0
+    piped = dpsynth("synth", "-", *args, "-o", tmp_path / "b.csv", stdin=table)
+    assert piped.returncode == 0, piped.stderr  # stdin: 1 of 1 spent
+    for path in ("/dev/stdin", "/proc/self/fd/0"):
+        refused = dpsynth("synth", path, *args, "-o", tmp_path / "c.csv", stdin=table)
+        assert refused.returncode == 3, refused.stderr
+        assert "privacy budget of dataset '(stdin)' exceeded" in refused.stderr
+    again = dpsynth("synth", f"<(cat {small_csv})", *args, "-o", tmp_path / "c.csv", shell=True)
+    assert again.returncode == 3 and "'(stdin)'" in again.stderr
+    assert not (tmp_path / "c.csv").exists()
+    assert budget.dataset_for("/dev/null").key == "stdin"  # a device: no file to name
+    assert budget.dataset_for(str(small_csv)).label == str(small_csv.resolve())
+    assert budget.dataset_for(str(tmp_path)).label == str(tmp_path.resolve())  # a directory
+    missing = str(tmp_path / "missing.csv")
+    assert budget.dataset_for(missing).label == missing  # fails later, when it is opened
