@@ -84,11 +84,15 @@ def synthesize(
     options = SynthOptions(eps, bounds_eps, neighboring, mechanism, rows, False, dim)
     declared = _declare(columns, schema, bounds, integer)
     plan_budget(options, [])  # usage errors before any row is read
+    early = runs.declared_specs(declared, _typed(data, input_format))
+    if early is not None:  # the columns are declared: their usage errors before the input opens
+        plan_budget(options, early, declared.constraints)
     output_info = _output_info(output)
     _seed_warning(seed)
     spend = _guard(budget, dataset, data, "synth", eps)
     with _opened(data, declared.names, input_format) as (read, typed):
         choice = runs.synth_columns(read, typed, declared, _notice)
+        plan_budget(options, choice.specs, declared.constraints)  # before the spend
         spend.charge()
         for notice in transport.slow_fallback_notice() if mechanism == "psmm" else []:
             _notice(notice)
@@ -142,6 +146,11 @@ def principal_components(
     declared = _declare(columns, schema, bounds, None)
     check_epsilon(eps)
     _check_units(units, method, delta)
+    request = {"k": k, "method": method, "epsilon": eps, "delta": delta}
+    request.update(relation=neighboring, row_norm=row_norm)
+    early = runs.declared_specs(declared, _typed(data, input_format), numbers_only="pca")
+    if early is not None:  # the columns are declared: their usage errors now
+        runs.check_pca(early, request)
     output_info = _output_info(output)
     _seed_warning(seed)
     spend = _guard(budget, dataset, data, "pca", eps, delta)
@@ -153,12 +162,7 @@ def principal_components(
             runs.random_source(seed),
             spend=spend,
             units=units,
-            k=k,
-            method=method,
-            epsilon=eps,
-            delta=delta,
-            relation=neighboring,
-            row_norm=row_norm,
+            **request,
         )
     for notice in result.notices:
         _notice(notice)
@@ -204,8 +208,8 @@ def online_replay(
     checkpoints into `out_dir`, as `dpsynth online-replay` does (dissertation ch. 5).
 
     `state`: the secret state directory that a later call continues (the stream's eps is spent
-    once, however many calls continue it). Returns the files written (releases, then the
-    report) and the report dict.
+    once per dataset it reads, however many calls continue it). Returns the files written
+    (releases, then the report) and the report dict.
     """
     from dpsynth_cli.online.replay import check_dirs, check_mechanism
     from dpsynth_cli.online_cli import vacuous_notice
@@ -229,6 +233,9 @@ def online_replay(
     check_epsilon(eps)
     check_mechanism(options, state)
     check_dirs(out_dir, state)
+    early = runs.declared_specs(declared, _typed(data, input_format))
+    if early is not None:  # the columns are declared: their usage errors now
+        runs.replay_checks(early, declared, options)
     _seed_warning(seed)
     spend = _guard(budget, dataset, data, "online-replay", eps, state_dir=state)
     extra = [order_by] if order_by is not None and order_by not in declared.names else []
@@ -352,6 +359,13 @@ def _opened(
     fmt = io.detect_format(path, input_format)
     with io.open_input(path, fmt, names) as read:
         yield read, fmt == "parquet"
+
+
+def _typed(data: DataInput, input_format: str | None) -> bool:
+    """Whether `data` declares its column types (a Parquet file), as `_opened` will read it."""
+    if isinstance(data, pd.DataFrame | pa.Table) or not isinstance(data, str | os.PathLike):
+        return False  # read as text; a wrong type is refused by `_opened`
+    return io.detect_format(os.fspath(data), input_format) == "parquet"
 
 
 def _guard(

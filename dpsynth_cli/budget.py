@@ -11,13 +11,20 @@ resolved path (symlinks followed). Neither depends on the rows, so a table that 
 budget; neither depends on the columns or the schema either, since the budget protects the
 people in the rows, whichever columns a run reads (a schema change must not reset it). A moved
 or renamed file is a new path: name the data with --dataset to keep one budget across paths.
-Everything read from stdin shares the dataset "stdin" (conservative), and so does every
-in-memory table given to the Python API without `dataset=` ("memory").
+Everything read from stdin shares the dataset "stdin" (conservative), and so does every input
+that is neither a regular file nor a directory (checked with stat, symlinks followed):
+/dev/stdin, /proc/self/fd/N, a FIFO, bash's <(...), a device. Their resolved paths (a pipe's
+is unique to each run) name no data, so each run would start a new budget. Every in-memory
+table given to the Python API without `dataset=` shares the dataset "memory".
 
 Composition is basic: the spends of a dataset add up (epsilons and deltas separately), which
 holds for any mix of pure and (eps, delta) releases. A stream continued with --state counts
-once: its spend is recorded when the stream starts, and a run that continues a state whose
-start is recorded is not charged again (`charge(stream=...)`).
+once per dataset: its eps is recorded (with the stream's id) under the dataset its first run
+reads, and a run that continues the state costs nothing only under a dataset where the stream
+is recorded already. A continuation that reads another dataset (--input-mode new with another
+file, another --dataset) records the stream's eps under that dataset too, and is refused past
+that dataset's total like any run (`charge(stream=..., resumed=True)`): the stream's releases
+are eps-DP for the people of every dataset it reads, so each of them pays eps once.
 
 Order and safety: the spend is written (fsynced) before the run reads a row, so a crash or a
 failure later never loses it; the spend of a run that fails after that point is kept (the
@@ -36,6 +43,7 @@ import hashlib
 import json
 import math
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -83,7 +91,8 @@ class Dataset:
 
 
 def dataset_for(input: str | None, name: str | None = None) -> Dataset:
-    """--dataset NAME, else the input's resolved path ("-": stdin; None: an in-memory table)."""
+    """--dataset NAME, else the input's resolved path ("-", and any input that is neither a
+    regular file nor a directory: stdin; None: an in-memory table)."""
     if name is not None:
         name = name.strip()
         if not name or not name.isprintable():
@@ -91,10 +100,21 @@ def dataset_for(input: str | None, name: str | None = None) -> Dataset:
         return Dataset(f"name:{name}", name)
     if input is None:
         return Dataset("memory", "(in-memory tables without a dataset name)")
-    if input == "-":
+    if input == "-" or not _file_or_directory(input):
         return Dataset("stdin", "(stdin)")
     path = os.path.realpath(input)
     return Dataset("file:" + hashlib.sha256(path.encode("utf-8")).hexdigest(), path)
+
+
+def _file_or_directory(path: str) -> bool:
+    """Whether `path` is a regular file or a directory (symlinks followed: /dev/stdin is the
+    pipe or terminal it points to). A path that cannot be looked at (missing, no permission)
+    counts as one: its run fails when it opens the input, after the check and before a spend."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return True
+    return stat.S_ISREG(mode) or stat.S_ISDIR(mode)
 
 
 def stream_id(state_dir: str) -> str:
@@ -260,12 +280,12 @@ class BudgetFile:
     ) -> bool:
         """Refuse (PrivacyRefusal) if the spend would pass the dataset's total; else record it
         (unless `record` is False: the check before the input is opened). A stream continued
-        from a state (`resumed`) whose start is recorded (under any dataset) costs nothing:
-        returns False then."""
+        from a state (`resumed`) costs nothing under a dataset where it is recorded already
+        (returns False then); under another dataset it is charged, and recorded, like a start."""
         eps, dlt = _exact(epsilon, "--eps"), _exact(delta, "--delta")
         with self.locked() as entries:
             entry = entries.get(dataset.key) or Entry(dataset.label, None, None, [])
-            if resumed and stream and _recorded(entries, stream):
+            if resumed and stream and _recorded(entry, stream):
                 return False
             _refuse_past_total(entry, command, eps, dlt)
             if not record:
@@ -299,10 +319,11 @@ class BudgetFile:
             return entries.pop(dataset.key, None)
 
 
-def _recorded(entries: dict[str, Entry], stream: str) -> bool:
-    """Whether a stream's start is recorded, under any dataset: with --input-mode new each run
-    may read another file, and the stream's eps covers all of them."""
-    return any(r.get("stream") == stream for e in entries.values() for r in e.releases)
+def _recorded(entry: Entry, stream: str) -> bool:
+    """Whether the stream's eps is recorded under this dataset already (its start, or an earlier
+    continuation that read it). Under another dataset only does not count: with --input-mode new
+    a run may read another file, whose people the stream's eps has not been charged to yet."""
+    return any(r.get("stream") == stream for r in entry.releases)
 
 
 def _refuse_past_total(entry: Entry, command: str, eps: Fraction, delta: Fraction) -> None:

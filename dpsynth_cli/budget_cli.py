@@ -47,7 +47,9 @@ DatasetOpt = Annotated[
         metavar="NAME",
         show_default=False,
         help="The name the budget keeps this input's spends under, e.g. --dataset sales "
-        "(default: the input's resolved path; a moved file would start a new budget).",
+        "(default: the input's resolved path; a moved file would start a new budget; stdin, "
+        "and any input that is not a regular file or a directory, e.g. /dev/stdin or <(...), "
+        "share the dataset of stdin).",
     ),
 ]
 
@@ -94,8 +96,8 @@ def guard(
     state_dir: str | None = None,
 ) -> Guard:
     """The run's `Guard` (refuses a run past its total). `input` None: an in-memory table (the
-    API). `state_dir`: online-replay's --state; a run that continues a state whose stream is
-    recorded is not charged again."""
+    API). `state_dir`: online-replay's --state; a run that continues a state is not charged
+    again under a dataset where its stream is recorded (it is under any other)."""
     where = budget.resolve_path(path, off)
     stream = budget.stream_id(state_dir) if state_dir else None
     resumed = bool(state_dir) and os.path.exists(os.path.join(state_dir, "state.npz"))

@@ -211,6 +211,9 @@ def synth(
         io.write_text_stdout(report.dumps(plan))
         return
     plan_budget(options, [])  # --eps, --rows, --mechanism: usage errors before any row is read
+    early = runs.declared_specs(declared, in_fmt == "parquet")
+    if early is not None:  # the columns are declared: their usage errors before the input opens
+        plan_budget(options, early, declared.constraints)
     if diagnostics == "-":
         raise UsageError("--diagnostics needs a FILE: it is not private and never goes to stdout")
     table = [] if engine == "dask" else [output]  # a part directory is checked by _check_engine
@@ -228,6 +231,7 @@ def synth(
             delimiter=io.delimiter_flag(delimiter),
         )
     choice = runs.synth_columns(read, in_fmt == "parquet", declared, feedback.notice)
+    plan_budget(options, choice.specs, declared.constraints)  # usage errors: before the spend
     spend.charge()  # on disk before any row is read
     source = runs.random_source(seed)
     if scheduler and not scheduler.startswith("tls://"):
@@ -287,6 +291,7 @@ def _check_engine(engine: str, scheduler: str | None, input: str, output: str) -
         raise UsageError("--engine dask reads files its workers can open, not stdin")
     if engine == "dask":  # before any pass: the output must be a directory it may write
         io.check_part_directory(output, input)
+        dask_engine.check_installed(scheduler)  # before the spend: `client` imports them
 
 
 def _synthesize_on_dask(

@@ -240,6 +240,9 @@ def online_replay(
     check_dirs(out_dir, state)
     if os.path.isdir(input) and os.path.isdir(out_dir) and os.path.samefile(input, out_dir):
         raise UsageError("--out-dir is the input directory: the releases would be read as input")
+    early = runs.declared_specs(declared, in_fmt == "parquet")
+    if early is not None:  # the columns are declared: their usage errors now
+        runs.replay_checks(early, declared, options)
     spend = budget_cli.guard(
         budget_file, no_budget, dataset, input, "online-replay", eps, state_dir=state
     )

@@ -141,6 +141,11 @@ def pca(
     report_file = report.report_path(report_path, output)
     check_epsilon(eps)  # usage errors before the input is opened
     _check_units(units, method, delta)
+    request = {"k": k, "method": method, "epsilon": eps, "delta": delta}
+    request.update(relation=neighboring, row_norm=row_norm)
+    early = runs.declared_specs(declared, in_fmt == "parquet", numbers_only="pca")
+    if early is not None:  # the columns are declared: their usage errors now
+        runs.check_pca(early, request)
     io.check_outputs([output, report_file], input)
     spend = budget_cli.guard(budget_file, no_budget, dataset, input, "pca", eps, delta)
     if seed is not None:
@@ -162,12 +167,7 @@ def pca(
             spend=spend,
             units=units,
             step=feedback.step,
-            k=k,
-            method=method,
-            epsilon=eps,
-            delta=delta,
-            relation=neighboring,
-            row_norm=row_norm,
+            **request,
         )
     for notice in result.notices:
         feedback.notice(notice)

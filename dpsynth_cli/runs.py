@@ -51,6 +51,23 @@ def release_mark(seed: int | None) -> dict[str, str] | None:
     return {"dpsynth.release": report.NOT_FOR_RELEASE} if seed is not None else None
 
 
+def declared_specs(
+    declared: Declared, typed: bool, numbers_only: str | None = None
+) -> list[ColumnSpec] | None:
+    """The chosen columns as the declarations alone decide them, before the input is opened (for
+    the usage errors that must cost nothing): the declared names resolved as a CSV's text
+    columns, which is how a CSV and an in-memory table are read. None when the input decides
+    them: no names declared, or a Parquet file (`typed`) whose types would decide the kind of a
+    column that neither the schema nor --integer declares."""
+    if declared.names is None:
+        return None
+    kinds = {n for n, s in (declared.schema or {}).items() if s.kind} | set(declared.integers)
+    if typed and any(n not in kinds for n in declared.names):
+        return None
+    text = pa.schema([pa.field(n, pa.string()) for n in declared.names])
+    return declared.resolve(text, typed=False, numbers_only=numbers_only).specs
+
+
 def synth_columns(read: io.InputSource, typed: bool, declared: Declared, notify: Notify):
     """The chosen columns from declarations and the input's structure; a notice per reason for
     columns left out when the user did not name the columns."""
@@ -158,6 +175,19 @@ def compare_tables(
     return result, specs, names
 
 
+def check_pca(specs: list[ColumnSpec], request: dict[str, Any]) -> None:
+    """pca's usage errors that the flags and the columns decide: bounds, -k, --method, --delta,
+    --row-norm (before the spend; before the input opens when the declarations decide)."""
+    from dpsynth_cli.domain import Domain
+    from dpsynth_cli.pca import validate
+    from dpsynth_cli.pca_cli import _check_bounds
+
+    _check_bounds(specs)
+    r = request
+    validate(r["k"], len(specs), r["method"], r["epsilon"], r["delta"], r["row_norm"])
+    Domain(tuple(specs))  # an integer column's bounds hold an integer
+
+
 def pca_opened(
     read: io.InputSource,
     typed: bool,
@@ -175,17 +205,15 @@ def pca_opened(
     and tabled in `units`. Returns the table, the result, the chosen columns and the report's
     units block."""
     from dpsynth_cli.domain import Domain
-    from dpsynth_cli.pca import run_pca, validate
-    from dpsynth_cli.pca_cli import _check_bounds, _release_in_units, _unit_rows
+    from dpsynth_cli.pca import run_pca
+    from dpsynth_cli.pca_cli import _release_in_units, _unit_rows
 
     step = step or (lambda _what: contextlib.nullcontext())
     choice = declared.resolve(
         read.schema, typed=typed, all_columns=read.all_columns, numbers_only="pca"
     )
     specs = choice.specs
-    _check_bounds(specs)
-    r = request
-    validate(r["k"], len(specs), r["method"], r["epsilon"], r["delta"], r["row_norm"])
+    check_pca(specs, request)
     domain = Domain(tuple(specs))
     spend.charge()  # on disk before any row is read (exit 3 past the total)
     with step("reading rows"):
@@ -211,6 +239,19 @@ def replay_options(declared: Declared, eps: float, **flags: Any) -> Any:
     return ReplayOptions(eps, **flags)
 
 
+def replay_checks(specs: list[ColumnSpec], declared: Declared, options: Any) -> tuple[Any, dict]:
+    """online-replay's usage errors that the flags and the columns decide (`plan_for`, the
+    constraints' kinds), before the spend; the options with the constraints kept, and those
+    left out ({text: why})."""
+    from dpsynth_cli.constraints import choose
+    from dpsynth_cli.online.replay import plan_for
+
+    kept, left_out = choose(declared.constraints, specs)
+    options = dataclasses.replace(options, constraints=kept)
+    plan_for(options, specs)
+    return options, left_out
+
+
 def replay_opened(
     read: io.InputSource,
     typed: bool,
@@ -229,18 +270,17 @@ def replay_opened(
     """online-replay on an opened input (the command and `api.online_replay`): the columns and
     constraints from declarations, the plan checked and the spend recorded before any row is
     read, the stream replayed. Returns the result and the notices to say after it."""
-    from dpsynth_cli.constraints import choose
     from dpsynth_cli.online import replay
-    from dpsynth_cli.online.replay import plan_for
+    from dpsynth_cli.online.replay import check_state, plan_for
     from dpsynth_cli.online.stream import SORTED_IN_MEMORY, open_stream
     from dpsynth_cli.online.timeline import time_rule
 
     step = step or (lambda _what: contextlib.nullcontext())
     specs = declared.resolve(read.schema, typed=typed, all_columns=read.all_columns).specs
-    kept, left_out = choose(declared.constraints, specs)
-    options = dataclasses.replace(options, constraints=kept)
-    plan_for(options, specs)  # usage errors before any row is read
-    spend.charge()  # once per stream: a continued --state is not charged again
+    options, left_out = replay_checks(specs, declared, options)
+    plan = plan_for(options, specs)
+    check_state(state_dir, plan, specs, options)  # refusals the state decides: no spend
+    spend.charge()  # once per stream and dataset: a continued --state reading it is free
     order_by = options.order_by
     with step("reading the --order-by column" if order_by else "reading input"):
         rows = open_stream(read, specs, order_by, time_rule(options.checkpoints) is not None)

@@ -148,8 +148,16 @@ def dim_plan(dim: str) -> dict[str, Any]:
     }
 
 
-def plan_budget(options: SynthOptions, specs: list[ColumnSpec]) -> BudgetPlan:
-    """Split --eps: bounds estimates (only for undeclared columns), noisy count, mechanism."""
+def plan_budget(
+    options: SynthOptions, specs: list[ColumnSpec], constraints: Sequence[Constraint] = ()
+) -> BudgetPlan:
+    """Split --eps: bounds estimates (only for undeclared columns), noisy count, mechanism.
+
+    Every usage error that the flags decide is raised here; with `specs` (the chosen columns,
+    from declarations and the input's header) also those the columns decide: --dim, the
+    marginals' number of columns, an integer column's bounds, the `constraints`' kinds. The
+    commands call it before the spend is recorded (and before the input is opened when the
+    declarations alone decide the columns), so that none of these costs budget."""
     total = check_epsilon(options.epsilon)
     if options.mechanism not in MECHANISMS:
         raise UsageError(f"--mechanism must be one of {', '.join(MECHANISMS)}")
@@ -157,8 +165,13 @@ def plan_budget(options: SynthOptions, specs: list[ColumnSpec]) -> BudgetPlan:
         raise UsageError("--rows must be a non-negative integer")
     if options.rows is not None and options.rows > MAX_ROWS:
         raise UsageError(f"--rows {options.rows}: at most {MAX_ROWS:.0e} ({MAX_ROWS_WHY})")
-    if specs:  # a bad --dim is refused before data is read
-        lowdim.check_mixed(lowdim.parse_dim(options.dim, len(specs)), specs)
+    if specs:  # refused before data is read
+        dim = lowdim.parse_dim(options.dim, len(specs))
+        lowdim.check_mixed(dim, specs)
+        if options.mechanism == "marginals":
+            _check_marginals_width(dim, specs)
+        Domain(tuple(s for s in specs if s.has_bounds))  # an integer column's bounds
+        choose(constraints, specs)
     undeclared = [s.name for s in specs if not s.has_bounds]
     bounds: dict[str, Fraction] = {}
     if undeclared:
@@ -177,6 +190,17 @@ def plan_budget(options: SynthOptions, specs: list[ColumnSpec]) -> BudgetPlan:
     rest = total - sum(bounds.values(), Fraction(0))
     count = round_down(rest * Fraction(COUNT_SHARE))
     return BudgetPlan(total, bounds, count, rest - count)
+
+
+def _check_marginals_width(dim: int | None, specs: list[ColumnSpec]) -> None:
+    """--mechanism marginals takes at most pairs.MAX_COLUMNS columns: all of them with --dim
+    full (and with --dim auto on non-numeric columns, which falls back to it before any pass),
+    N with --dim N. --dim auto otherwise chooses its dimension from the noisy moments: checked
+    then (`pairs.run`)."""
+    if dim == 0 or (dim is None and lowdim.non_numeric(specs)):
+        pairs.check_columns(len(specs))
+    elif dim is not None:
+        pairs.check_columns(dim, f"--dim {dim}")
 
 
 @dataclass(frozen=True)
@@ -328,8 +352,8 @@ def _synthesize(
     constraints: Sequence[Constraint],
     spills: list[Spill],
 ) -> SynthResult:
-    budget = plan_budget(options, specs)
-    constraints, left_out = choose(constraints, specs)  # usage errors before any pass
+    budget = plan_budget(options, specs, constraints)  # the commands called it before the spend
+    constraints, left_out = choose(constraints, specs)
     ledger = Ledger(budget.total, options.relation)
     raw = rows if rows is not None else value_rows(data, specs)
     streamed = isinstance(raw.source, BatchesSource)  # a local pass (not Dask, not in memory)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -280,14 +281,179 @@ def test_deltas_add_up_against_their_own_total(tmp_path):
             file.charge(data, "pca", 1, bad)  # a negative spend would refund the budget
 
 
-def test_a_stream_fed_new_files_is_charged_once(runner, tmp_path, private_budget):
-    """--input-mode new reads another file each run: the stream is still one spend."""
+def test_a_stream_fed_new_files_is_charged_once_per_file(runner, tmp_path, private_budget):
+    """--input-mode new reads another file each run: the stream's eps is recorded once under
+    each file it reads (the same stream id), and a file read again costs nothing more."""
     rng = np.random.default_rng(5)
     args = ["--eps", 1, "--bounds", "x=0:1", "--checkpoints", "every:100", "--input-mode", "new"]
     args += ["--state", tmp_path / "state", "--out-dir", tmp_path / "out", "-q"]
-    for day in range(2):
+    for day in (0, 1, 1):
         part = tmp_path / f"day{day}.csv"
         pd.DataFrame({"x": rng.random(150)}).to_csv(part, index=False)
         done = invoke(runner, "online-replay", part, *args)
         assert done.exit_code == 0, done.output
-    assert len(releases(private_budget)) == 1
+    raw = json.loads(private_budget.read_text())["datasets"]
+    assert sorted(Path(e["label"]).name for e in raw.values()) == ["day0.csv", "day1.csv"]
+    assert all(len(e["releases"]) == 1 for e in raw.values())
+    assert len({r["stream"] for r in releases(private_budget)}) == 1
+
+
+def dpsynth(*args, stdin=None, timeout=300, shell=False) -> subprocess.CompletedProcess:
+    """The real command, `python -m dpsynth_cli ARGS`, in a process of its own (the budget file
+    of the test through $DPSYNTH_BUDGET)."""
+    command = [sys.executable, "-m", "dpsynth_cli", *map(str, args)]
+    if shell:  # bash, for process substitution: ARGS are bash words
+        words = (a if a.startswith("<(") else shlex.quote(a) for a in command)
+        command = ["bash", "-c", " ".join(words)]
+    return subprocess.run(
+        command, input=stdin, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def test_a_continued_stream_is_refused_by_the_total_of_the_data_it_reads(tmp_path, private_budget):
+    """Finding 3: `online-replay A --state S`, then `online-replay B --state S --input-mode new`
+    released B's rows although B's total was spent: a continuation is charged to, and refused
+    by, the total of the dataset it reads."""
+    rng = np.random.default_rng(8)
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    for path in (a, b):
+        pd.DataFrame({"x": rng.random(150)}).to_csv(path, index=False)
+    args = ["--eps", 2, "--bounds", "x=0:1", "--checkpoints", "every:100", "--input-mode", "new"]
+    args += ["--state", tmp_path / "state", "-q"]
+    assert dpsynth("budget", "set", "--input", b, "--eps", 1).returncode == 0
+    first = dpsynth("online-replay", a, *args, "--out-dir", tmp_path / "out")
+    assert first.returncode == 0, first.stderr
+    refused = dpsynth("online-replay", b, *args, "--out-dir", tmp_path / "out2")
+    assert refused.returncode == 3, refused.stderr
+    assert "privacy budget of dataset" in refused.stderr and str(b) in refused.stderr
+    assert not (tmp_path / "out2").exists()
+    named = dpsynth("online-replay", a, *args, "--out-dir", tmp_path / "out3", "--dataset", "b")
+    assert named.returncode == 0, named.stderr  # another --dataset: charged there (no total)
+    assert dpsynth("budget", "set", "--input", b, "--eps", 3).returncode == 0
+    for out in ("out4", "out5"):  # charged once under b, then free there
+        done = dpsynth("online-replay", b, *args, "--out-dir", tmp_path / out)
+        assert done.returncode == 0, done.stderr
+    raw = json.loads(private_budget.read_text())["datasets"]
+    labels = {Path(e["label"]).name: e["releases"] for e in raw.values()}
+    assert sorted(labels) == ["a.csv", "b", "b.csv"]
+    assert [len(r) for r in labels.values()] == [1, 1, 1]
+    assert len({r["stream"] for r in releases(private_budget)}) == 1
+    assert dpsynth("budget", "set", "b", "--eps", 1).returncode == 0  # spent 2 of 1
+    again = dpsynth("online-replay", a, *args, "--out-dir", tmp_path / "out6", "--dataset", "b")
+    assert again.returncode == 0, again.stderr  # recorded under "b": a continuation is free
+
+
+def test_pipes_and_devices_are_the_stdin_dataset(small_csv, tmp_path, private_budget):
+    """Finding 4: /dev/stdin, /proc/self/fd/0 and bash's <(...) resolve to a pipe's path, unique
+    to each run, so each was a new dataset and stepped round stdin's total. Every input that is
+    neither a regular file nor a directory is the stdin dataset."""
+    table = small_csv.read_text()
+    args = ["--input-format", "csv", "--eps", 0.5, *BOUNDS, "-q"]
+    substituted = dpsynth(
+        "synth", f"<(cat {small_csv})", *args, "-o", tmp_path / "a.csv", shell=True
+    )
+    assert substituted.returncode == 0, substituted.stderr
+    (entry,) = json.loads(private_budget.read_text())["datasets"].items()
+    assert entry[0] == "stdin" and entry[1]["label"] == "(stdin)"  # charged to stdin
+    assert dpsynth("budget", "set", "--input", "-", "--eps", 1).returncode == 0
+    piped = dpsynth("synth", "-", *args, "-o", tmp_path / "b.csv", stdin=table)
+    assert piped.returncode == 0, piped.stderr  # stdin: 1 of 1 spent
+    for path in ("/dev/stdin", "/proc/self/fd/0"):
+        refused = dpsynth("synth", path, *args, "-o", tmp_path / "c.csv", stdin=table)
+        assert refused.returncode == 3, refused.stderr
+        assert "privacy budget of dataset '(stdin)' exceeded" in refused.stderr
+    again = dpsynth("synth", f"<(cat {small_csv})", *args, "-o", tmp_path / "c.csv", shell=True)
+    assert again.returncode == 3 and "'(stdin)'" in again.stderr
+    assert not (tmp_path / "c.csv").exists()
+    assert budget.dataset_for("/dev/null").key == "stdin"  # a device: no file to name
+    assert budget.dataset_for(str(small_csv)).label == str(small_csv.resolve())
+    assert budget.dataset_for(str(tmp_path)).label == str(tmp_path.resolve())  # a directory
+    missing = str(tmp_path / "missing.csv")
+    assert budget.dataset_for(missing).label == missing  # fails later, when it is opened
+
+
+def spent(path: Path) -> list[dict]:
+    return releases(path) if path.exists() else []
+
+
+def test_usage_errors_of_flags_and_declarations_spend_nothing_and_open_nothing(
+    tmp_path, private_budget
+):
+    """Finding 5: --mechanism marginals on more than 100 columns was refused after the spend
+    and a full read. Every usage error that the flags and declarations decide comes before the
+    input is opened: the input here is a FIFO that nobody writes (opening it would hang)."""
+    fifo = tmp_path / "wide.csv"
+    os.mkfifo(fifo)
+    names = [f"c{j}" for j in range(101)]
+    schema = tmp_path / "wide.json"
+    columns = {n: {"type": "float", "lower": 0, "upper": 1} for n in names}
+    schema.write_text(json.dumps({"columns": columns}))
+    synth_args = ["synth", fifo, "--eps", 1, "-o", tmp_path / "o.csv", "-q"]
+    wide = dpsynth(*synth_args, "--schema", schema, "--mechanism", "marginals", timeout=120)
+    assert wide.returncode == 2, wide.stderr
+    assert "--mechanism marginals takes at most 100 columns (101 chosen)" in wide.stderr
+    narrow = dpsynth(*synth_args, "--bounds", "a=0:1", "--bounds", "b=0:1", "--dim", 3)
+    assert narrow.returncode == 2 and "--dim 3: must be between 1" in narrow.stderr
+    pca = dpsynth("pca", fifo, "--eps", 1, "--bounds", "a=0:1", "-k", 2, "-o", tmp_path / "p.csv")
+    assert pca.returncode == 2 and "-k must be between 1" in pca.stderr
+    replay = ["online-replay", fifo, "--eps", 1, "--bounds", "a=0:1", "--out-dir", tmp_path / "r"]
+    at_end = dpsynth(*replay, "--release-at-end")
+    assert at_end.returncode == 2 and "--row-counts-public" in at_end.stderr
+    assert spent(private_budget) == [] and not (tmp_path / "o.csv").exists()
+
+
+def test_usage_errors_the_header_decides_come_before_the_spend(small_csv, tmp_path, private_budget):
+    """The columns of a Parquet file without declared types, or a constraint or --dim against
+    a column's declared kind: the usage error comes after the header is read and before the
+    spend (it came after the spend)."""
+    rng = np.random.default_rng(1)
+    wide = tmp_path / "wide.parquet"
+    pd.DataFrame(rng.random((50, 101)), columns=[f"c{j}" for j in range(101)]).to_parquet(wide)
+    out = ["-o", tmp_path / "o.csv", "-q"]
+    marginals = dpsynth("synth", wide, "--eps", 1, "--mechanism", "marginals", *out)
+    assert marginals.returncode == 2, marginals.stderr
+    assert "at most 100 columns (101 chosen)" in marginals.stderr
+    schema = tmp_path / "s.json"
+    columns = {
+        "age": {"type": "integer", "lower": 0, "upper": 100},
+        "name": {"type": "category", "levels": ["r", "s"]},
+    }
+    schema.write_text(json.dumps({"columns": columns}))
+    mixed = dpsynth("synth", small_csv, "--eps", 1, "--schema", schema, "--dim", 1, *out)
+    assert mixed.returncode == 2 and "--dim 1:" in mixed.stderr, mixed.stderr
+    integer = ["--integer", "age", "--bounds", "age=0.2:0.8", "--bounds", "score=0:1"]
+    no_integer = dpsynth("synth", small_csv, "--eps", 1, *integer, *out)
+    assert no_integer.returncode == 2 and "contain no integer" in no_integer.stderr
+    assert spent(private_budget) == [] and not (tmp_path / "o.csv").exists()
+
+
+def test_the_api_refuses_usage_errors_before_the_spend(tmp_path, private_budget):
+    import dpsynth_cli as dp
+
+    frame = pd.DataFrame(np.random.default_rng(2).random((40, 101)))
+    frame.columns = [f"c{j}" for j in range(101)]
+    bounds = {c: (0.0, 1.0) for c in frame.columns}
+    with pytest.raises(UsageError, match="at most 100 columns"):
+        dp.synthesize(frame, eps=1, bounds=bounds, mechanism="marginals", dataset="wide")
+    with pytest.raises(UsageError, match="at most 100 columns"):  # a path: never opened
+        dp.synthesize(tmp_path / "missing.csv", eps=1, bounds=bounds, mechanism="marginals")
+    assert spent(private_budget) == []
+
+
+def test_a_continuation_refused_by_its_state_spends_nothing(tmp_path, private_budget):
+    """A state made with other flags refuses a continuation (exit 3) before the spend, also
+    one that reads another dataset (which would be charged there)."""
+    rng = np.random.default_rng(4)
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    for path in (a, b):
+        pd.DataFrame({"x": rng.random(150)}).to_csv(path, index=False)
+    args = ["--bounds", "x=0:1", "--checkpoints", "every:100", "--state", tmp_path / "state"]
+    args += ["--out-dir", tmp_path / "out", "-q"]
+    new = ["--input-mode", "new"]
+    assert dpsynth("online-replay", a, "--eps", 1, *args, *new).returncode == 0
+    other = dpsynth("online-replay", b, "--eps", 2, *args, *new)
+    assert other.returncode == 3 and "it was made with --eps 1" in other.stderr
+    whole = dpsynth("online-replay", b, "--eps", 1, *args)  # --input-mode whole after new
+    assert whole.returncode == 3 and "--input-mode new: keep using it" in whole.stderr
+    labels = [e["label"] for e in json.loads(private_budget.read_text())["datasets"].values()]
+    assert labels == [str(a.resolve())]  # b: nothing spent

@@ -152,6 +152,24 @@ def dask_rows(client: Any, parts: list[Partition], specs: list[ColumnSpec]) -> I
         source.release()
 
 
+NEEDS_DASK = "--engine dask needs Dask: pip install 'dpsynth-cli[dask]' (or dask[distributed])"
+NEEDS_CRYPTOGRAPHY = (
+    "--engine dask needs the cryptography package for its local cluster's TLS: pip install "
+    "'dpsynth-cli[dask]'"
+)
+
+
+def check_installed(scheduler: str | None) -> None:
+    """The packages `client` will import are installed: a usage error before the input is
+    opened and the spend recorded (`client` itself runs after them)."""
+    from importlib.util import find_spec
+
+    if find_spec("distributed") is None:
+        raise UsageError(NEEDS_DASK)
+    if not scheduler and find_spec("cryptography") is None:
+        raise UsageError(NEEDS_CRYPTOGRAPHY)
+
+
 @contextlib.contextmanager
 def client(scheduler: str | None, workers: int = DEFAULT_WORKERS) -> Iterator[Any]:
     """A distributed Client: to `scheduler` if given (security from Dask's configuration), else
@@ -159,9 +177,7 @@ def client(scheduler: str | None, workers: int = DEFAULT_WORKERS) -> Iterator[An
     try:
         from distributed import Client
     except ImportError:
-        raise UsageError(
-            "--engine dask needs Dask: pip install 'dpsynth-cli[dask]' (or dask[distributed])"
-        ) from None
+        raise UsageError(NEEDS_DASK) from None
     if scheduler:
         try:
             connected = Client(scheduler)
@@ -200,10 +216,7 @@ def local_cluster(workers: int = DEFAULT_WORKERS) -> Iterator[Any]:
     try:
         security = Security.temporary()
     except ImportError:
-        raise UsageError(
-            "--engine dask needs the cryptography package for its local cluster's TLS: pip "
-            "install 'dpsynth-cli[dask]'"
-        ) from None
+        raise UsageError(NEEDS_CRYPTOGRAPHY) from None
     # The workers' directories (Dask's spill files among them) in a directory of this run's
     # own, mode 0700, removed when the cluster has stopped: a worker that died leaves nothing.
     scratch = tempfile.mkdtemp(prefix="dpsynth-dask-")

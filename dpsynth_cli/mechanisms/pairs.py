@@ -88,6 +88,17 @@ OUTPUT_CHUNK = 1 << 16
 MAX_COLUMNS = 100  # rows per cell of the output (all rows are alike: any split works)
 
 
+def check_columns(columns: int, chosen: str | None = None) -> None:
+    """A usage error when the model would have more than MAX_COLUMNS columns (`chosen` says
+    how they were chosen, e.g. "--dim 150"; default "N chosen")."""
+    if columns > MAX_COLUMNS:
+        raise UsageError(
+            f"--mechanism marginals takes at most {MAX_COLUMNS} columns "
+            f"({chosen or f'{columns} chosen'}): choose fewer with --columns, or use --dim or "
+            "another --mechanism"
+        )
+
+
 def _share(epsilon: Fraction, part: Fraction) -> Fraction:
     """part of epsilon rounded down onto the ledger's grid."""
     return Fraction(math.floor(part * epsilon * EPS_GRID), EPS_GRID)
@@ -354,11 +365,7 @@ def run(
     """One statistics pass, one-way release, tree selection and measurement, second parents
     selected and measured, model."""
     X = as_rows(X)
-    if X.d - len(X.flagged) > MAX_COLUMNS:
-        raise UsageError(
-            f"--mechanism marginals takes at most {MAX_COLUMNS} columns ({X.d - len(X.flagged)} "
-            "chosen): choose fewer with --columns, or use --dim or another --mechanism"
-        )
+    check_columns(X.d - len(X.flagged))  # checked before any spend too (`synth.plan_budget`)
     mp = plan(epsilon, noisy_rows, X, relation)
     attrs = mp.attributes
     stats = X.ahead_of(PairCounts) or X.collect(partial(PairCounts.of, X))

@@ -369,6 +369,24 @@ class _NewRows:
     timeline: Timeline | None = None  # the --order-by times of the input's rows (by time)
 
 
+CONTINUED_NEW = "this state was continued with --input-mode new: keep using it"
+
+
+def check_state(
+    state_dir: str | None, plan: OnlinePlan, specs: list[ColumnSpec], options: ReplayOptions
+) -> None:
+    """The refusals of a --state that the state's metadata and the flags decide (damaged,
+    another format, other columns, bounds, --eps, --neighboring or --allocation, whole after
+    new): before the spend is recorded. `replay` checks them again under the state's lock."""
+    if not state_dir:
+        return
+    meta = state_io.stored(state_dir, state_io.identity(plan, specs))
+    if meta is None:
+        return
+    if options.input_mode == "whole" and meta.get("t") and meta.get("prefix_sha256") is None:
+        raise PrivacyRefusal(CONTINUED_NEW)
+
+
 def _new_rows(rows: RowStream, done: int, meta: dict, options: ReplayOptions):
     """The rows this run adds to the stream after the `done` rows earlier runs replayed (whole
     mode: after checking that consumed prefix)."""
@@ -376,7 +394,7 @@ def _new_rows(rows: RowStream, done: int, meta: dict, options: ReplayOptions):
         meta["prefix_sha256"] = None
         return _NewRows(rows.rows, rows.batches, timeline=rows.timeline)
     if done and meta.get("prefix_sha256") is None:
-        raise PrivacyRefusal("this state was continued with --input-mode new: keep using it")
+        raise PrivacyRefusal(CONTINUED_NEW)
     if rows.rows < done:
         raise PrivacyRefusal(
             f"the input has fewer rows than the state has already replayed ({done}); it is not "

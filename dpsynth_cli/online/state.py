@@ -173,6 +173,30 @@ def save(state_dir: str, engine: OnlineEngine, meta: dict[str, Any]) -> None:
     write_secret(os.path.join(state_dir, STATE_FILE), lambda fh: np.savez(fh, **arrays))
 
 
+def stored(state_dir: str, ident: dict[str, Any]) -> dict[str, Any] | None:
+    """The metadata of the state in DIR (None: none yet), refused as `load` would refuse it
+    (damaged, another format, made for other columns or flags) but without reading its counts:
+    the check before a continuation's spend is recorded. `load` checks again, under the lock."""
+    path = os.path.join(state_dir, STATE_FILE)
+    if not os.path.exists(path):
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(bytes(z["meta"]).decode("utf-8"))
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+        raise DataError(f"state {state_dir} is damaged or not a dpsynth state") from None
+    _check_meta(state_dir, meta, ident)
+    return meta
+
+
+def _check_meta(state_dir: str, meta: Any, ident: dict[str, Any]) -> None:
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise UsageError(f"state {state_dir} has an unknown format")
+    reason = _difference(meta["identity"], ident)
+    if reason is not None:
+        raise PrivacyRefusal(f"refusing to continue state {state_dir}: {reason}")
+
+
 def load(state_dir: str, plan: OnlinePlan, ident: dict[str, Any]) -> tuple[OnlineEngine, dict]:
     """The saved engine and metadata, or a fresh engine and {} when DIR holds no state yet."""
     path = os.path.join(state_dir, STATE_FILE)
@@ -184,11 +208,7 @@ def load(state_dir: str, plan: OnlinePlan, ident: dict[str, Any]) -> tuple[Onlin
         meta = json.loads(bytes(files.pop("meta")).decode("utf-8"))
     except (OSError, ValueError, KeyError, zipfile.BadZipFile):
         raise DataError(f"state {state_dir} is damaged or not a dpsynth state") from None
-    if meta.get("format") != FORMAT:
-        raise UsageError(f"state {state_dir} has an unknown format")
-    reason = _difference(meta["identity"], ident)
-    if reason is not None:
-        raise PrivacyRefusal(f"refusing to continue state {state_dir}: {reason}")
+    _check_meta(state_dir, meta, ident)
     engine = OnlineEngine(
         plan, replicas=int(meta.get("replicas", 1)), t=int(meta["t"]), level=int(meta["level"])
     )
