@@ -3,7 +3,8 @@
 Every type is read as a number on a public, declared scale, so the rest of the pipeline (bounds,
 the unit cube, the mechanisms) is unchanged:
 
-- boolean: false -> 0, true -> 1 (a 2-level category).
+- boolean: false -> 0, true -> 1 (a 2-level category); a column may declare its spellings (the
+  text written for false and true, also read), else the output is a bool (CSV: true/false).
 - category: the i-th declared level -> i (0-based). A value not among the levels is the declared
   `other` level, else missing; never an error and never a new level.
 - date: days since 1970-01-01; datetime: seconds since 1970-01-01T00:00:00Z (wall-clock seconds
@@ -75,14 +76,29 @@ def _timestamp_seconds(column: pa.ChunkedArray, tz: str | None, local: bool) -> 
     return np.where(missing, np.nan, out)
 
 
-def boolean_codes(column: pa.ChunkedArray) -> np.ndarray:
-    """0 / 1 from a boolean column, from 0 / 1 numbers, or from text (TRUE_TEXT, FALSE_TEXT,
-    any case); anything else is missing (NaN)."""
+def boolean_texts(spellings: tuple[str, str] | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The lower-case text read as (false, true): FALSE_TEXT and TRUE_TEXT, plus the declared
+    (false, true) spellings, which win over a default of the other side (a declared "true": "n"
+    makes "n" true, no longer false)."""
+    if spellings is None:
+        return FALSE_TEXT, TRUE_TEXT
+    false, true = (s.lower() for s in spellings)
+    return (
+        (false, *(t for t in FALSE_TEXT if t != true)),
+        (true, *(t for t in TRUE_TEXT if t != false)),
+    )
+
+
+def boolean_codes(column: pa.ChunkedArray, spellings: tuple[str, str] | None = None) -> np.ndarray:
+    """0 / 1 from a boolean column, from 0 / 1 numbers, or from text (TRUE_TEXT, FALSE_TEXT and
+    the declared (false, true) `spellings`, any case: `boolean_texts`); anything else is missing
+    (NaN)."""
     if pa.types.is_boolean(column.type):
         return _codes(column)
     text = pc.utf8_lower(as_text(column))
-    one = pc.is_in(text, value_set=pa.array(TRUE_TEXT))
-    zero = pc.is_in(text, value_set=pa.array(FALSE_TEXT))
+    false_text, true_text = boolean_texts(spellings)
+    one = pc.is_in(text, value_set=pa.array(true_text, pa.string()))
+    zero = pc.is_in(text, value_set=pa.array(false_text, pa.string()))
     code = pc.if_else(one, 1.0, pc.if_else(zero, 0.0, pa.scalar(None, pa.float64())))
     return _codes(code)
 
@@ -252,9 +268,12 @@ def check_timezone(tz: str, where: str) -> str:
 
 
 def output_array(codes: np.ndarray, missing: np.ndarray, spec) -> pa.Array:
-    """Integer codes (already clipped to the declared range) as the column's output type."""
+    """Integer codes (already clipped to the declared range) as the column's output type (a
+    boolean with declared spellings: that text)."""
     mask = missing if missing.any() else None
     safe = np.where(missing, 0, codes).astype(np.int64)
+    if spec.kind == "boolean" and spec.spellings:
+        return pa.array(np.asarray(spec.spellings, dtype=object)[safe], pa.string(), mask=mask)
     if spec.kind == "boolean":
         return pa.array(safe == 1, pa.bool_(), mask=mask)
     if spec.kind == "category":

@@ -44,6 +44,7 @@ class ColumnSpec:
     other: str | None = None  # category: the level an undeclared value maps to
     nullable: bool = False  # missing is a level of its own
     timezone: str | None = None  # datetime: the zone of naive cells and of the output
+    spellings: tuple[str, str] | None = None  # boolean: the declared (false, true) text
 
     @property
     def has_bounds(self) -> bool:
@@ -76,6 +77,10 @@ class ColumnSpec:
         levels = list(self.levels or ()) if self.kind == "category" else None
         extra = {"levels": levels, "other": self.other, "timezone": self.timezone}
         out.update({k: v for k, v in extra.items() if v})
+        if self.kind == "boolean":  # what the output holds: a declaration, public
+            false, true = self.spellings or ("false", "true")
+            out["written"] = {"true": true, "false": false}
+            out["written_source"] = "schema" if self.spellings else "default"
         if self.nullable:
             out["nullable"] = True
         return out

@@ -127,7 +127,7 @@ def column_codes(column: pa.ChunkedArray, spec: ColumnSpec) -> np.ndarray:
     """One column as float64 codes of its declared kind (`coltypes`), missing cells as NaN, or
     as the missing level's code for a nullable column."""
     if spec.kind == "boolean":
-        codes = coltypes.boolean_codes(column)
+        codes = coltypes.boolean_codes(column, spec.spellings)
     elif spec.kind == "category":
         codes = coltypes.category_codes(column, spec.levels or (), spec.other)
     elif spec.kind == "date":

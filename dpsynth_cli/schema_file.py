@@ -3,10 +3,11 @@
     {"columns": {"age":    {"type": "integer", "lower": 0, "upper": 120},
                  "income": {"type": "float",   "lower": 0, "upper": 500000}}}
 
-"type" is "float", "integer", "boolean", "category" (with its public "levels" and an optional
-"other" level for undeclared values), "date" or "datetime" (ISO "lower"/"upper", optional
-"timezone"); "nullable": true makes missing a level of its own (any kind). Any other key (a typo
-such as "lowr") is a usage error (`COLUMN_KEYS`); keys that start with "_" are comments. Cells of
+"type" is "float", "integer", "boolean" (optional "true"/"false": the text it is written as, also
+read), "category" (with its public "levels" and an optional "other" level for undeclared
+values), "date" or "datetime" (ISO "lower"/"upper", optional "timezone"); "nullable": true makes
+missing a level of its own (any kind). Any other key (a typo such as "lowr") is a usage error
+(`COLUMN_KEYS`); keys that start with "_" are comments. Cells of
 these types are read by `coltypes` (docs/privacy.md, "Mixed tables"). A column listed without
 bounds gets a DP bounds estimate. An optional "constraints" list declares linear constraints
 between float, integer, date and datetime columns (`constraints`, `load_constraints`).
@@ -28,7 +29,7 @@ COLUMN_KEYS: dict[str, tuple[str, ...]] = {
     "": ("type", "lower", "upper", "nullable"),
     "float": ("type", "lower", "upper", "nullable"),
     "integer": ("type", "lower", "upper", "nullable"),
-    "boolean": ("type", "nullable"),
+    "boolean": ("type", "true", "false", "nullable"),
     "category": ("type", "levels", "other", "nullable"),
     "date": ("type", "lower", "upper", "nullable"),
     "datetime": ("type", "lower", "upper", "timezone", "nullable"),
@@ -152,10 +153,12 @@ def _quoted(names: list[str]) -> str:
 
 def _level_column(where: str, name: str, kind: str, spec: dict, nullable: bool) -> ColumnSpec:
     """A boolean (levels false, true) or a category with its public list of levels."""
+    spellings = None
     if kind == "boolean":
         if "levels" in spec or "other" in spec:
             raise UsageError(f"{where}: a boolean column takes no 'levels' or 'other'")
         levels: tuple[str, ...] = ("false", "true")
+        spellings = _spellings(where, spec)
     else:
         raw = spec.get("levels")
         if not isinstance(raw, list) or not raw:
@@ -173,8 +176,39 @@ def _level_column(where: str, name: str, kind: str, spec: dict, nullable: bool) 
     if other is not None and other not in levels:
         raise UsageError(f"{where}: 'other' must be one of its levels")
     return ColumnSpec(
-        name, kind, 0.0, float(len(levels) - 1), levels=levels, other=other, nullable=nullable
+        name,
+        kind,
+        0.0,
+        float(len(levels) - 1),
+        levels=levels,
+        other=other,
+        nullable=nullable,
+        spellings=spellings,
     )
+
+
+def _spellings(where: str, spec: dict) -> tuple[str, str] | None:
+    """A boolean's declared "false" and "true" text (both or neither): non-empty strings without
+    outer spaces that differ in more than case (cells are read trimmed, in any case)."""
+    if "true" not in spec and "false" not in spec:
+        return None
+    if "true" not in spec or "false" not in spec:
+        missing = "false" if "true" in spec else "true"
+        raise UsageError(
+            f"{where}: declare both 'true' and 'false' spellings ('{missing}' is missing)"
+        )
+    false, true = spec["false"], spec["true"]
+    for key, value in (("true", true), ("false", false)):
+        if not isinstance(value, str) or not value or value.strip() != value:
+            raise UsageError(
+                f"{where}: '{key}' must be a non-empty string without outer spaces, "
+                'e.g. "true": "yes", "false": "no"'
+            )
+    if true.lower() == false.lower():
+        raise UsageError(
+            f"{where}: 'true' and 'false' must be different spellings (cells are read in any case)"
+        )
+    return false, true
 
 
 def _time_column(where: str, name: str, kind: str, spec: dict, nullable: bool) -> ColumnSpec:

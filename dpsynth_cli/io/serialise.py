@@ -98,11 +98,12 @@ def _csv_chunk(piece: Piece, header: bool, name: str) -> pa.Buffer:
 
 
 def _iso_times(piece: Piece) -> Piece:
-    """Date-time columns as ISO 8601 text (2024-01-31T08:00:00, +0100 in a zoned column's time
-    zone), as they are read; pyarrow would write a space and a fraction."""
+    """Date-time columns as ISO 8601 text (2024-01-31T08:00:00, with its offset +01:00 in a zoned
+    column's time zone), as they are read; pyarrow would write a space and a fraction, and %z an
+    offset without its colon (+0100)."""
     for i, field in enumerate(piece.schema):
         if pa.types.is_timestamp(field.type):
-            iso = "%Y-%m-%dT%H:%M:%S" + ("%z" if field.type.tz else "")
+            iso = "%Y-%m-%dT%H:%M:%S" + ("%Ez" if field.type.tz else "")
             text = pc.strftime(piece.column(i), format=iso)
             piece = piece.set_column(i, field.name, text)
     return piece
