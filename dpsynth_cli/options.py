@@ -97,8 +97,9 @@ Schema = Annotated[
     _opt(
         "--schema",
         metavar="FILE",
-        help="JSON file declaring each column's type (float, integer, boolean, category with "
-        "its levels, date, datetime), public bounds and nullable, e.g. --schema schema.json "
+        help="JSON file declaring each column's type (float, integer, boolean with the text "
+        "it is written as, category with its levels, date, datetime), public bounds and "
+        "nullable, e.g. --schema schema.json "
         "(format in README; `dpsynth schema draft DATA` writes one to fill in).",
     ),
 ]

@@ -22,7 +22,8 @@ NOTE = (
     "strings for date/datetime; 'levels' is the list of a category's levels. Remove the columns "
     "you do not want to synthesise. Optional keys: 'nullable': true (any type: missing becomes a "
     "level of its own; a float or integer column then needs 'lower' and 'upper'), 'other': the "
-    "level of undeclared values (category), 'timezone' (datetime). Any other key is refused; "
+    "level of undeclared values (category), 'timezone' (datetime), 'true' and 'false' (boolean: "
+    "the text each is written as, e.g. yes/no; else true/false). Any other key is refused; "
     "keys that start with '_' are comments."
 )
 TYPE = f"{FILL}: {'|'.join(KINDS)}"
