@@ -79,6 +79,8 @@ class ColumnSpec:
         out.update({k: v for k, v in extra.items() if v})
         if self.kind == "boolean":  # what the output holds: a declaration, public
             false, true = self.spellings or ("false", "true")
+            if self.spellings:  # as a schema declares them (evaluate --from-report reads them)
+                out.update({"true": true, "false": false})
             out["written"] = {"true": true, "false": false}
             out["written_source"] = "schema" if self.spellings else "default"
         if self.nullable:

@@ -7,10 +7,10 @@
 read), "category" (with its public "levels" and an optional "other" level for undeclared
 values), "date" or "datetime" (ISO "lower"/"upper", optional "timezone"); "nullable": true makes
 missing a level of its own (any kind). Any other key (a typo such as "lowr") is a usage error
-(`COLUMN_KEYS`); keys that start with "_" are comments. Cells of
-these types are read by `coltypes` (docs/privacy.md, "Mixed tables"). A column listed without
-bounds gets a DP bounds estimate. An optional "constraints" list declares linear constraints
-between float, integer, date and datetime columns (`constraints`, `load_constraints`).
+(`COLUMN_KEYS`); keys that start with "_" are comments. Cells of these types are read by
+`coltypes` (docs/privacy.md, "Mixed tables"). A column listed without bounds gets a DP bounds
+estimate. An optional "constraints" list declares linear constraints between float, integer,
+date and datetime columns (`constraints`, `load_constraints`).
 """
 
 from __future__ import annotations
@@ -157,8 +157,8 @@ def _level_column(where: str, name: str, kind: str, spec: dict, nullable: bool) 
     if kind == "boolean":
         if "levels" in spec or "other" in spec:
             raise UsageError(f"{where}: a boolean column takes no 'levels' or 'other'")
-        levels: tuple[str, ...] = ("false", "true")
         spellings = _spellings(where, spec)
+        levels: tuple[str, ...] = spellings or ("false", "true")  # their names (evaluate's)
     else:
         raw = spec.get("levels")
         if not isinstance(raw, list) or not raw:

@@ -142,3 +142,24 @@ def test_spellings_belong_to_booleans(runner, tmp_path):
     data, path = _write(tmp_path, ["a"] * 10, schema)
     result = runner.invoke(app, ["synth", str(data), "--eps", "1", "--schema", str(path)])
     assert result.exit_code == 2 and "a category column takes no 'true'" in result.output
+
+
+def test_evaluate_reads_the_spellings_from_the_schema_and_the_report(runner, tmp_path):
+    """Spellings that are no default text (si/non) are read back by evaluate, with the schema
+    or with the synth report (--from-report), and name the levels."""
+    schema = {
+        "columns": {
+            "score": {"type": "float", "lower": 0, "upper": 1},
+            "answer": {"type": "boolean", "true": "si", "false": "non"},
+        }
+    }
+    data, path = _write(tmp_path, ["si"] * 150 + ["non"] * 150, schema)
+    out = tmp_path / "out.csv"
+    report = _synth(runner, data, path, out)
+    assert report["domain"]["answer"]["true"] == "si"
+    for flags in (["--schema", str(path)], ["--from-report", f"{out}.report.json"]):
+        result = runner.invoke(app, ["evaluate", str(data), str(out), *flags, "--json"])
+        assert result.exit_code == 0, result.output
+        levels = json.loads(result.stdout)["column_errors"]["answer"]["levels"]
+        assert set(levels) == {"si", "non"}
+        assert abs(levels["si"]["real"] - 0.5) < 1e-9 and levels["si"]["synthetic"] > 0.2
