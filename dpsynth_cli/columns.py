@@ -44,6 +44,7 @@ class ColumnSpec:
     other: str | None = None  # category: the level an undeclared value maps to
     nullable: bool = False  # missing is a level of its own
     timezone: str | None = None  # datetime: the zone of naive cells and of the output
+    decimal: str = "."  # float/integer text cells: the decimal separator ("," from --decimal)
 
     @property
     def has_bounds(self) -> bool:
