@@ -2,10 +2,10 @@
 
 Each cell is parsed with its column's declared type: a cell that is not a value of it (text in a
 number column, an empty field, NA, NaN) is missing, and rows with a missing value in a chosen
-column are dropped (how many is never reported: it is private). Values outside the bounds
-(including +-inf and numbers beyond the int64 or float range) are clamped onto them. What a
-column is lives in `columns`, the schema file in `schema_file`, the choice of columns in
-`declare`; their names are importable from here too.
+column are dropped (how many, per column, is released only with DP noise:
+`count.noisy_tally`). Values outside the bounds (including +-inf and numbers beyond the int64
+or float range) are clamped onto them. What a column is lives in `columns`, the schema file in
+`schema_file`, the choice of columns in `declare`; their names are importable from here too.
 """
 
 from __future__ import annotations
