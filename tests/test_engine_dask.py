@@ -278,7 +278,7 @@ def test_held_rows_are_released_when_the_run_fails(client, dataset):
         pytest.raises(RuntimeError, match="a pass failed"),
         dask_engine.dask_rows(client, parts, SPECS) as rows,
     ):
-        first = rows.map(_unit, 2).collect(partial(grid.GridCounts, 9, 2))
+        first = rows.map(complete_rows, 2).map(_unit, 2).collect(partial(grid.GridCounts, 9, 2))
         assert first.counts.sum() > 11_000
         assert [f.status for f in rows.source.held] == ["finished"] * len(parts)  # on workers
         raise RuntimeError("a pass failed")
