@@ -248,9 +248,9 @@ def commands(data: Path) -> dict[str, list[str]]:
 # (the mechanism's noise draws are their own row; the noisy count's draw is in "noise draws").
 STAGES = (
     ("reading (io.read_input)", "dpsynth_cli.io", "read_input"),
-    ("value_matrix (Arrow -> numpy)", "dpsynth_cli.engine.values", "value_matrix"),
+    ("tallied_matrix (Arrow -> numpy)", "dpsynth_cli.engine.values", "tallied_matrix"),
     ("to_unit", "dpsynth_cli.domain", "Domain.to_unit"),
-    ("noisy count", "dpsynth_cli.synth", "noisy_count"),
+    ("noisy count", "dpsynth_cli.synth", "noisy_tally"),
     (
         "mechanism (--mechanism auto: counts, tree, consistency, placement; no noise draws)",
         "dpsynth_cli.synth",

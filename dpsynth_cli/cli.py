@@ -173,6 +173,7 @@ def synth(
     columns: opt.Columns = None,
     no_header: opt.NoHeader = False,
     delimiter: opt.Delimiter = None,
+    decimal: opt.Decimal = None,
     bounds: opt.Bounds = None,
     integer: opt.Integer = None,
     schema: opt.Schema = None,
@@ -199,8 +200,9 @@ def synth(
     options = SynthOptions(
         eps, bounds_eps, neighboring, mechanism, rows, diagnostics is not None, dim
     )
-    declared = declare_columns(columns, schema, bounds, integer)
+    declared = declare_columns(columns, schema, bounds, integer, decimal)
     in_fmt = io.detect_format(input, input_format)
+    io.check_decimal(declared.decimal, io.delimiter_flag(delimiter), in_fmt)
     if engine == "dask":  # a directory of part files, written by the workers
         out_fmt = io.part_directory_format(output, output_format)
     else:

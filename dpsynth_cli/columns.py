@@ -45,6 +45,7 @@ class ColumnSpec:
     nullable: bool = False  # missing is a level of its own
     timezone: str | None = None  # datetime: the zone of naive cells and of the output
     spellings: tuple[str, str] | None = None  # boolean: the declared (false, true) text
+    decimal: str = "."  # float/integer text cells: the decimal separator ("," from --decimal)
 
     @property
     def has_bounds(self) -> bool:

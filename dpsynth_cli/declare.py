@@ -22,7 +22,7 @@ from dpsynth_cli.columns import (
 )
 from dpsynth_cli.constraints import Constraint
 from dpsynth_cli.errors import UsageError
-from dpsynth_cli.schema_file import load_constraints, load_schema
+from dpsynth_cli.schema_file import load_constraints, load_decimal, load_schema, parse_decimal
 
 
 def requested_columns(
@@ -54,6 +54,17 @@ class Declared:
     bounds: dict[str, tuple[float, float]]
     integers: list[str]
     constraints: tuple[Constraint, ...] = ()
+    decimal: str = "."  # --decimal or the schema's "decimal": float and integer text cells
+
+    def with_decimal(self, choice: ColumnChoice) -> ColumnChoice:
+        """The choice with this decimal separator on its float and integer columns."""
+        if self.decimal == ".":
+            return choice
+        specs = [
+            replace(s, decimal=self.decimal) if s.kind in ("float", "integer") else s
+            for s in choice.specs
+        ]
+        return replace(choice, specs=specs)
 
     def resolve(
         self,
@@ -76,12 +87,13 @@ class Declared:
             columns_from=self.columns_from,
             all_columns=all_columns,
         )
+        choice = self.with_decimal(choice)
         if numbers_only is None:
             return choice
         specs, other = [], []
         for s in choice.specs:
             if s.kind == "boolean" and s.kind_source == "Parquet schema":
-                s = ColumnSpec(s.name, "integer", kind_source=s.kind_source)
+                s = ColumnSpec(s.name, "integer", kind_source=s.kind_source, decimal=self.decimal)
             elif s.kind not in ("float", "integer") or s.nullable:
                 other.append(f"'{s.name}' is {'nullable' if s.nullable else s.kind}")
             specs.append(s)
@@ -94,15 +106,23 @@ class Declared:
 
 
 def declare_columns(
-    columns: str | None, schema: str | None, bounds: list[str] | None, integer: str | None = None
+    columns: str | None,
+    schema: str | None,
+    bounds: list[str] | None,
+    integer: str | None = None,
+    decimal: str | None = None,
 ) -> Declared:
-    """The column flags of synth, pca and online-replay, parsed once the same way."""
+    """The column flags of synth, pca and online-replay, parsed once the same way. `decimal`:
+    --decimal, else the schema's top-level "decimal", else "."."""
     specs = load_schema(schema) if schema else None
     declared = {name: (lo, hi) for name, lo, hi in map(parse_bounds_flag, bounds or [])}
     integers = parse_names(integer, "--integer")
     names, columns_from = requested_columns(columns, specs, [*declared, *integers])
     constraints = load_constraints(schema) if schema else ()
-    return Declared(names, columns_from, specs, declared, integers, constraints)
+    if decimal is None:
+        decimal = load_decimal(schema) if schema else "."
+    sep = parse_decimal(decimal, "--decimal")
+    return Declared(names, columns_from, specs, declared, integers, constraints, sep)
 
 
 def parse_names(text: str | None, flag: str) -> list[str]:

@@ -2,10 +2,10 @@
 
 Each cell is parsed with its column's declared type: a cell that is not a value of it (text in a
 number column, an empty field, NA, NaN) is missing, and rows with a missing value in a chosen
-column are dropped (how many is never reported: it is private). Values outside the bounds
-(including +-inf and numbers beyond the int64 or float range) are clamped onto them. What a
-column is lives in `columns`, the schema file in `schema_file`, the choice of columns in
-`declare`; their names are importable from here too.
+column are dropped (how many, per column, is released only with DP noise:
+`count.noisy_tally`). Values outside the bounds (including +-inf and numbers beyond the int64
+or float range) are clamped onto them. What a column is lives in `columns`, the schema file in
+`schema_file`, the choice of columns in `declare`; their names are importable from here too.
 """
 
 from __future__ import annotations
@@ -82,6 +82,8 @@ __all__ = [
     "resolve_columns",
     "schema_column",
     "table_codes",
+    "complete_rows",
+    "tallied_matrix",
     "value_matrix",
 ]
 
@@ -104,12 +106,14 @@ NUMBER_PATTERN = (
 )
 
 
-def column_values(column: pa.ChunkedArray) -> np.ndarray:
+def column_values(column: pa.ChunkedArray, decimal: str = ".") -> np.ndarray:
     """One column as float64, missing cells as NaN; each cell is read on its own.
 
     Text is parsed as a number (NUMBER_PATTERN after trimming white space); anything else in it
     is missing. Numbers of any width (uint64 beyond int64, decimals) become the nearest double;
     booleans become 0 and 1. No cell can make the parse of another cell, or of the column, fail.
+    With `decimal` "," (`--decimal ,`), a text cell's commas are read as decimal points first
+    ("3,5" is 3.5); thousands separators ("1.234,5") stay unsupported: such a cell is missing.
     """
     dtype = column.type
     if pa.types.is_dictionary(dtype):
@@ -117,6 +121,8 @@ def column_values(column: pa.ChunkedArray) -> np.ndarray:
         dtype = column.type
     if is_text(dtype):
         text = pc.utf8_trim_whitespace(column)
+        if decimal != ".":
+            text = pc.replace_substring(text, decimal, ".")
         number = pc.match_substring_regex(text, NUMBER_PATTERN)
         column = pc.if_else(number, text, pa.scalar(None, dtype))
     column = column.cast(pa.float64(), safe=False)
@@ -135,7 +141,7 @@ def column_codes(column: pa.ChunkedArray, spec: ColumnSpec) -> np.ndarray:
     elif spec.kind == "datetime":
         codes = coltypes.datetime_codes(column, spec.timezone)
     else:
-        codes = column_values(column)
+        codes = column_values(column, spec.decimal)
     if spec.nullable and spec.kind in CONTINUOUS:  # values clamped, missing past the upper one
         codes = np.where(np.isnan(codes), spec.code_upper, np.clip(codes, spec.lower, spec.upper))
     elif spec.nullable:  # values clamped first: one past the upper code is the missing level
@@ -166,6 +172,30 @@ def value_matrix(table: pa.Table, specs: list[ColumnSpec]) -> np.ndarray:
         values[:, j] = table_codes(table, s)
         missing |= np.isnan(values[:, j])
     return values[~missing] if missing.any() else values
+
+
+COMPLETE = -1.0  # `tallied_matrix`'s last column for a complete row
+
+
+def tallied_matrix(table: pa.Table, specs: list[ColumnSpec]) -> np.ndarray:
+    """Every row of the chosen columns as float64 (n, d + 1): the d codes (NaN where a cell is
+    missing or not a value of its column's type), then the index of the row's FIRST unusable
+    column in the declared order, or COMPLETE. Each row falls in exactly one of d + 1 cells
+    (complete, or dropped at column j): synth's first pass counts them (`complete_rows` keeps
+    the complete ones for every other use)."""
+    values = np.empty((table.num_rows, len(specs) + 1))
+    first = values[:, -1]
+    first.fill(COMPLETE)
+    for j, s in enumerate(specs):
+        values[:, j] = table_codes(table, s)
+        first[np.isnan(values[:, j]) & (first == COMPLETE)] = j
+    return values
+
+
+def complete_rows(X: np.ndarray) -> np.ndarray:
+    """`tallied_matrix`'s complete rows without the tally column: `value_matrix`'s rows."""
+    keep = X[:, -1] == COMPLETE
+    return X[:, :-1] if keep.all() else X[keep, :-1]
 
 
 @dataclass(frozen=True)

@@ -203,6 +203,7 @@ def online_replay(
     columns: opt.Columns = None,
     no_header: opt.NoHeader = False,
     delimiter: opt.Delimiter = None,
+    decimal: opt.Decimal = None,
     bounds: opt.Bounds = None,
     integer: opt.Integer = None,
     schema: opt.Schema = None,
@@ -220,7 +221,7 @@ def online_replay(
     released as such, levels split first, and the schema's constraints hold in every release.
     """
     feedback = Feedback(quiet)
-    declared = declare_columns(columns, schema, bounds, integer)
+    declared = declare_columns(columns, schema, bounds, integer, decimal)
     options = runs.replay_options(
         declared,
         eps,
@@ -235,6 +236,7 @@ def online_replay(
         row_counts_public=row_counts_public,
     )
     in_fmt = io.detect_format(input, input_format)
+    io.check_decimal(declared.decimal, io.delimiter_flag(delimiter), in_fmt)
     check_epsilon(eps)  # usage errors before the input is opened
     check_mechanism(options, state)
     check_dirs(out_dir, state)

@@ -65,6 +65,17 @@ NoHeader = Annotated[
         "--no-header --columns age,income.",
     ),
 ]
+Decimal = Annotated[
+    str | None,
+    _opt(
+        "--decimal",
+        metavar="CHAR",
+        help="The decimal separator of float and integer cells in text (CSV) input: '.' "
+        "(default) or ',' (e.g. '3,5'; needs --delimiter other than a comma). Thousands "
+        "separators such as '1.234,5' are not read (the cell is missing). A schema's top-level "
+        '"decimal": "," says the same.',
+    ),
+]
 Delimiter = Annotated[
     str | None,
     _opt(

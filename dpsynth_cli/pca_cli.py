@@ -115,6 +115,7 @@ def pca(
     columns: opt.Columns = None,
     no_header: opt.NoHeader = False,
     delimiter: opt.Delimiter = None,
+    decimal: opt.Decimal = None,
     bounds: opt.Bounds = None,
     schema: opt.Schema = None,
     neighboring: opt.Neighboring = "add-remove",
@@ -135,8 +136,9 @@ def pca(
     projection of the data.
     """
     feedback = Feedback(quiet)
-    declared = declare_columns(columns, schema, bounds)
+    declared = declare_columns(columns, schema, bounds, decimal=decimal)
     in_fmt = io.detect_format(input, input_format)
+    io.check_decimal(declared.decimal, io.delimiter_flag(delimiter), in_fmt)
     out_fmt = io.detect_format(output, output_format)
     report_file = report.report_path(report_path, output)
     check_epsilon(eps)  # usage errors before the input is opened

@@ -42,6 +42,19 @@ def load_schema(path: str) -> dict[str, ColumnSpec]:
     return {name: schema_column(path, name, spec) for name, spec in columns.items()}
 
 
+def parse_decimal(value: object, where: str) -> str:
+    """A decimal separator: "." or "," (`--decimal ,`, the schema's "decimal": ",")."""
+    if value not in (".", ","):
+        raise UsageError(f"{where} must be '.' or ',' (the decimal separator of number cells)")
+    return str(value)
+
+
+def load_decimal(path: str) -> str:
+    """The schema file's top-level "decimal" (the decimal separator of its float and integer
+    columns' text cells), "." when it declares none."""
+    return parse_decimal(_schema_json(path).get("decimal", "."), f"--schema {path}: 'decimal'")
+
+
 def load_constraints(path: str) -> tuple[Constraint, ...]:
     """The schema file's declared constraints between its columns (`constraints`), checked
     against its columns; () when it declares none."""
@@ -77,7 +90,7 @@ def _schema_json(path: str) -> dict:
     columns = raw.get("columns") if isinstance(raw, dict) else None
     if not isinstance(columns, dict) or not columns:
         raise UsageError(f"--schema {path}: expected an object with a non-empty 'columns' object")
-    _check_keys(raw, ("columns", "constraints"), f"--schema {path}")
+    _check_keys(raw, ("columns", "constraints", "decimal"), f"--schema {path}")
     for name, spec in columns.items():
         kind = spec.get("type", "") if isinstance(spec, dict) else None
         if isinstance(kind, str) and kind in COLUMN_KEYS:  # another type is refused below

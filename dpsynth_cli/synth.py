@@ -23,11 +23,11 @@ import numpy as np
 import pyarrow as pa
 
 from dpsynth_cli.constraints import Constraint, choose, describe
-from dpsynth_cli.domain import ColumnSpec, Domain, bounds_flag
+from dpsynth_cli.domain import COMPLETE, ColumnSpec, Domain, bounds_flag, complete_rows
 from dpsynth_cli.engine import threads
 from dpsynth_cli.engine.plan import BatchPlan, Place
 from dpsynth_cli.engine.rows import BatchesSource, Rows, Spill, SpillSource
-from dpsynth_cli.engine.values import TableData, value_rows
+from dpsynth_cli.engine.values import TableData, tallied_rows
 from dpsynth_cli.errors import DataError, UsageError
 from dpsynth_cli.mechanisms import hierarchy, lowdim, pairs, pmm, privtree, psmm, select
 from dpsynth_cli.mechanisms.attributes import attributes
@@ -40,10 +40,10 @@ from dpsynth_cli.mechanisms.bounds import (
     no_bounds_message,
 )
 from dpsynth_cli.mechanisms.conditioned import Rules, conditioned
-from dpsynth_cli.mechanisms.count import empty_floor, noisy_count
+from dpsynth_cli.mechanisms.count import count_sensitivity, empty_floor, noisy_tally
 from dpsynth_cli.privacy.ledger import Ledger, check_epsilon, round_down
 from dpsynth_cli.privacy.noise import RandomSource
-from dpsynth_cli.uniformity import signal_block, weak_guarantee_notice
+from dpsynth_cli.uniformity import dropped_notices, signal_block, weak_guarantee_notice
 
 DEFAULT_BOUNDS_SHARE = 0.1
 # --rows beyond this is refused before any work: writing is about 10^6 rows/s (measured on a
@@ -269,8 +269,12 @@ class CountAndBounds:
     # value rows) to `spill`, so that those passes need not read and parse the input again.
     spilled: bool = False
     streamed: bool = False  # a local pass over streamed input: `ahead` may spill its codes
+    # Rows as `tallied_matrix` gives them (d + 1 columns, the last the first unusable column):
+    # `dropped[j]` counts the rows dropped at column j, and only complete rows go on.
+    tallied: int | None = None  # d, or None: complete rows already (nothing counted as dropped)
     n: int = 0
     fine: dict[int, np.ndarray] = field(init=False)
+    dropped: np.ndarray = field(init=False)
     ahead: tuple[Any, ...] = field(init=False, default=())
     spill: Spill | None = field(init=False, default=None)
 
@@ -279,6 +283,7 @@ class CountAndBounds:
     def __post_init__(self) -> None:
         if self.spilled:
             self.spill = Spill()
+        self.dropped = np.zeros(self.tallied or 0, dtype=np.int64)
         self.fine = {j: histograms(np.empty(0)) for j in self.columns}
         dom = self.domain
         if dom is not None:
@@ -293,6 +298,12 @@ class CountAndBounds:
             self.ahead = tuple(made[m]() for m in self.mechanisms)
 
     def add(self, X: np.ndarray) -> None:
+        if self.tallied is not None:
+            first = X[:, -1]
+            where = first[first != COMPLETE].astype(np.int64)
+            if where.size:
+                self.dropped += np.bincount(where, minlength=self.tallied)
+            X = complete_rows(X)
         self.n += X.shape[0]
         for j in self.columns:
             self.fine[j] += histograms(X[:, j])
@@ -310,6 +321,7 @@ class CountAndBounds:
 
     def merge(self, other: CountAndBounds) -> CountAndBounds:
         self.n += other.n
+        self.dropped += other.dropped
         for j in self.columns:
             self.fine[j] += other.fine[j]
         for mine, theirs in zip(self.ahead, other.ahead, strict=True):
@@ -355,7 +367,10 @@ def _synthesize(
     budget = plan_budget(options, specs, constraints)  # the commands called it before the spend
     constraints, left_out = choose(constraints, specs)
     ledger = Ledger(budget.total, options.relation)
-    raw = rows if rows is not None else value_rows(data, specs)
+    every = rows if rows is not None else tallied_rows(data, specs)
+    # `rows` of d + 1 columns are tallied (`tallied_matrix`); of d columns, complete already.
+    tallied = len(specs) if every.d == len(specs) + 1 else None
+    raw = every.map(complete_rows, len(specs)) if tallied is not None else every
     streamed = isinstance(raw.source, BatchesSource)  # a local pass (not Dask, not in memory)
     undeclared = tuple(j for j, s in enumerate(specs) if not s.has_bounds)
     dim = lowdim.parse_dim(options.dim, len(specs))
@@ -374,8 +389,8 @@ def _synthesize(
         ahead = tuple(m for m in ahead if m != "marginals")
     # Streamed rows that a later pass will read go to a spill (`ahead` spills its own codes).
     spilled = streamed and bool(dim != 0 or undeclared or declared.lead_bits() or not ahead)
-    made = partial(CountAndBounds, undeclared, declared, ahead, spilled, streamed)
-    first = raw.collect(made)
+    made = partial(CountAndBounds, undeclared, declared, ahead, spilled, streamed, tallied)
+    first = every.collect(made)
     spills += first.spills()
     spill = first.spill
     specs, notices = _complete_bounds(first.fine, specs, budget, source, ledger)
@@ -396,7 +411,15 @@ def _synthesize(
         codes=domain.cube_codes(),
         coded_missing=domain.cube_coded_missing(),
     )
-    n_hat = noisy_count(first.n, budget.count, source.spawn("count"), ledger)
+    names = [s.name for s in specs]
+    n_hat, dropped_hat = noisy_tally(
+        first.n,
+        first.dropped.tolist() or [0] * len(specs),
+        names,
+        budget.count,
+        source.spawn("count"),
+        ledger,
+    )
     call = {
         "epsilon": budget.mechanism,
         "noisy_rows": n_hat,
@@ -421,16 +444,21 @@ def _synthesize(
         run = replace(run, output=conditioned(run.output, Rules(domain, constraints)))
     sample, block = _first_batch(run, constraints, left_out)  # all points when they fit
     sample = np.where(np.isnan(sample), 1.0, sample)  # a missing value where `to_unit` puts it
+    floor = empty_floor(budget.count, options.relation)
+    scale = count_sensitivity(options.relation) / float(budget.count)
+    drop_notices, dropped_named = dropped_notices(specs, n_hat, dropped_hat, scale)
     signal, signal_notices = signal_block(
         sample,
-        [s.name for s in specs],
+        names,
         run.w1_bound,
         noisy_rows=n_hat,
-        empty_floor=empty_floor(budget.count),
+        empty_floor=floor,
         eps_rows=float(budget.mechanism) * n_hat,
+        rows_dropped=dropped_named,
     )
     dim_notices = lowdim.notices(run.description, options.dim.strip().lower())
-    notices += weak_guarantee_notice(options.epsilon) + dim_notices + signal_notices
+    notices += weak_guarantee_notice(options.epsilon) + drop_notices + dim_notices
+    notices += signal_notices
     notices += [f'constraint "{c}" left out: {why}' for c, why in left_out.items()]
     result = SynthResult(
         domain, budget, ledger, run, n_hat, signal, notices=notices, constraints=block

@@ -22,6 +22,23 @@ MIN_ROWS = 50  # below this, a KS test cannot tell a release from noise: no verd
 MAX_ROWS = 100_000  # rows tested at most (sorting all of a 10^6 x 30 output costs seconds)
 RESOLVABLE_SCALES = 10.0  # see `resolvable`
 STRONG_EPSILON = 10.0  # above this, the guarantee is weak (e^10 ~ 22,000 likelihood ratio)
+DROPPED_SHARE = 0.2  # a column is named when this share of the released rows was dropped at it
+DROPPED_FALSE_ALARM = 0.01  # chance that some column without drops passes `dropped_floor`
+# Why a column's cells were unusable, by its declared type; and what to check.
+UNUSABLE = {
+    "float": "cells that are not numbers, or empty",
+    "integer": "cells that are not whole numbers, or empty",
+    "boolean": "cells that are not true/false, or empty",
+    "category": "values not among its levels, or empty",
+    "date": "cells that are not dates, or empty",
+    "datetime": "cells that are not date-times, or empty",
+}
+CHECK = {
+    "float": "check --decimal, --delimiter, or the schema's type for it",
+    "integer": "check --decimal, --delimiter, or the schema's type for it",
+    "category": 'declare its missing levels (or an "other" level, or "nullable") in the schema',
+}
+CHECK_DEFAULT = 'check --delimiter, or the schema\'s type for it (or "nullable")'
 
 
 def uniform_columns(points: np.ndarray) -> list[int] | None:
@@ -48,6 +65,7 @@ def signal_block(
     noisy_rows: int | None = None,
     empty_floor: int | None = None,
     eps_rows: float | None = None,
+    rows_dropped: bool = False,
 ) -> tuple[dict[str, Any], list[str]]:
     """The report's `accuracy.signal` block and the notices for the user.
 
@@ -55,7 +73,9 @@ def signal_block(
     `empty_floor` (the noisy count an empty table exceeds with probability below 1%,
     `count.empty_floor`): at or below it, the release is mostly noise; and `eps_rows`, the
     mechanism's epsilon times the noisy count, which says whether a release could have shown
-    structure (`resolvable`) when every column came out uniform."""
+    structure (`resolvable`) when every column came out uniform. `rows_dropped`: a released
+    per-column dropped count named a column (`dropped_notices`): then a release that is mostly
+    noise is so because rows were dropped, not for want of --eps or rows."""
     uniform = uniform_columns(points)
     vacuous = w1_bound is not None and w1_bound >= 1.0
     block: dict[str, Any] = {
@@ -75,6 +95,13 @@ def signal_block(
     every = uniform is not None and len(uniform) == len(names) and len(names) > 1
     thin = every and not resolvable(eps_rows, len(names))
     block["little_signal"] = noise_only or vacuous or thin
+    if noise_only and rows_dropped:
+        return block, [
+            f"the noisy row count is {noisy_rows}, within the noise of an empty table (one "
+            f"without rows gives more than {empty_floor} with probability below 1%): the "
+            "release is mostly noise because rows were dropped (see the note naming the "
+            "columns); fix how they are read rather than raising --eps"
+        ]
     if noise_only:
         return block, [
             f"the noisy row count is {noisy_rows}, within the noise of an empty table (one "
@@ -119,3 +146,37 @@ def weak_guarantee_notice(epsilon: float) -> list[str]:
         f"--eps {epsilon:g} is above {STRONG_EPSILON:g}: the privacy guarantee is weak (one "
         "person's presence may change an outcome's probability by a factor up to e^eps)"
     ]
+
+
+def dropped_floor(scale: float, columns: int) -> int:
+    """A released dropped count above this is, with probability at least 1 - DROPPED_FALSE_ALARM
+    over all `columns` cells together, not noise around an empty cell: P(Z > t) < exp(-t/s)
+    for the discrete Laplace noise of scale s, and a union bound over the columns."""
+    return math.ceil(scale * math.log(max(columns, 1) / DROPPED_FALSE_ALARM))
+
+
+def dropped_notices(
+    specs: list[Any], noisy_rows: int, dropped: dict[str, int], scale: float
+) -> tuple[list[str], bool]:
+    """Notices naming each column at which a large share of the rows was dropped (their cells
+    missing or not values of the declared type), and whether any was named. Decided from
+    released values only: the noisy row count and the noisy per-column dropped counts
+    (`count.noisy_tally`), against public thresholds (DROPPED_SHARE of the released total, and
+    `dropped_floor` of the noise `scale`)."""
+    total = noisy_rows + sum(dropped.values())
+    floor = dropped_floor(scale, len(dropped))
+    notices = []
+    for spec in specs:
+        got = dropped.get(spec.name, 0)
+        if total <= 0 or got <= floor or got < DROPPED_SHARE * total:
+            continue
+        why = UNUSABLE.get(spec.kind, "cells that are not values of its type, or empty")
+        if spec.kind == "category" and spec.other is None:
+            check = CHECK["category"]
+        else:
+            check = CHECK.get(spec.kind, CHECK_DEFAULT)
+        notices.append(
+            f"about {round(100 * got / total)}% of rows were dropped at column '{spec.name}' "
+            f"({why}): {check}"
+        )
+    return notices, bool(notices)

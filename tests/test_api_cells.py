@@ -83,8 +83,8 @@ def with_row(frame: pd.DataFrame, change: dict) -> pd.DataFrame:
 def release(data, monkeypatch) -> tuple[int, pa.Table, dict, list[str]]:
     """The true count the release measured, and the call's table, report and warnings."""
     counted = []
-    count = synth.noisy_count
-    monkeypatch.setattr(synth, "noisy_count", lambda n, *a: counted.append(n) or count(n, *a))
+    count = synth.noisy_tally
+    monkeypatch.setattr(synth, "noisy_tally", lambda n, *a: counted.append(n) or count(n, *a))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         table, report = dp.synthesize(

@@ -17,12 +17,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from dpsynth_cli.constraints import parse_constraint
-from dpsynth_cli.domain import ColumnSpec
+from dpsynth_cli.domain import ColumnSpec, complete_rows
 from dpsynth_cli.engine import dask as dask_engine
+from dpsynth_cli.engine.values import value_rows
 from dpsynth_cli.mechanisms import grid
 from dpsynth_cli.mechanisms.moments import MomentSums
 from dpsynth_cli.privacy.noise import RandomSource
-from dpsynth_cli.synth import SynthOptions, synthesize, value_rows
+from dpsynth_cli.synth import SynthOptions, synthesize
 
 SPECS = [ColumnSpec("a", "float", 0.0, 10.0), ColumnSpec("b", "integer", 0, 20)]
 
@@ -185,7 +186,7 @@ def test_dask_statistics_equal_local(client, dataset):
     local = value_rows(table, SPECS)
     with dask_engine.dask_rows(client, parts, SPECS) as remote:
         for make in (partial(grid.GridCounts, 9, 2), partial(MomentSums.empty, 2)):
-            r = remote.map(_unit, 2).collect(make)
+            r = remote.map(complete_rows, 2).map(_unit, 2).collect(make)
             loc = local.map(_unit, 2).collect(make)
             for name in ("counts", "first", "second"):
                 if hasattr(loc, name):
@@ -277,7 +278,7 @@ def test_held_rows_are_released_when_the_run_fails(client, dataset):
         pytest.raises(RuntimeError, match="a pass failed"),
         dask_engine.dask_rows(client, parts, SPECS) as rows,
     ):
-        first = rows.map(_unit, 2).collect(partial(grid.GridCounts, 9, 2))
+        first = rows.map(complete_rows, 2).map(_unit, 2).collect(partial(grid.GridCounts, 9, 2))
         assert first.counts.sum() > 11_000
         assert [f.status for f in rows.source.held] == ["finished"] * len(parts)  # on workers
         raise RuntimeError("a pass failed")

@@ -51,8 +51,9 @@ DECLARATIONS = {
 
 def fix_releases(monkeypatch) -> None:
     """Feed every ledgered step the same fixed data on both sides (seeded runs do the rest)."""
-    count, bounds, mechanisms = synth.noisy_count, synth.estimate_bounds, dict(synth.MECHANISMS)
-    monkeypatch.setattr(synth, "noisy_count", lambda n, *a: count(777, *a))
+    count, bounds, mechanisms = synth.noisy_tally, synth.estimate_bounds, dict(synth.MECHANISMS)
+    # the row count and the rows dropped at each column: one histogram, fixed on both sides
+    monkeypatch.setattr(synth, "noisy_tally", lambda n, drops, *a: count(777, [5] * len(drops), *a))
     fixed_column = np.full(3000, 0.3)  # enough rows in one bin for any bounds budget here
     monkeypatch.setattr(synth, "estimate_bounds", lambda v, *a: bounds(fixed_column, *a))
 

@@ -67,8 +67,10 @@ def test_two_datasets_with_equal_released_values_give_equal_outputs(
     second = SECOND_TABLES[second_table](first, rng)
     true_rows = {}
 
-    def count_noise(source, scale, size):
-        return np.array([777 - true_rows["n"]])
+    def count_noise(source, scale, size):  # the count, then the rows dropped at a and at b
+        if size == 1:
+            return np.array([777 - true_rows["n"]])
+        return 3 - np.array(true_rows["dropped"])
 
     monkeypatch.setattr(noise, "discrete_laplace", count_noise)
     fixed_release(monkeypatch, mechanism)
@@ -76,7 +78,10 @@ def test_two_datasets_with_equal_released_values_give_equal_outputs(
     for name, frame in (("first", first), ("second", second)):
         path, out = tmp_path / f"{name}.csv", tmp_path / f"{name}.synth.csv"
         frame.to_csv(path, index=False)
-        true_rows["n"] = len(frame.apply(pd.to_numeric, errors="coerce").dropna())
+        numbers = frame.apply(pd.to_numeric, errors="coerce")
+        true_rows["n"] = len(numbers.dropna())
+        at_a = numbers["a"].isna()
+        true_rows["dropped"] = [int(at_a.sum()), int((numbers["b"].isna() & ~at_a).sum())]
         report = run(runner, path, out, "--mechanism", mechanism)
         del report["command"], report["output"]["path"]
         reports.append(report)

@@ -103,7 +103,7 @@ def _streamed(monkeypatch, reads: list[int]) -> None:
     """synth reads every in-memory table as record batches of 97 rows, counting its reads."""
     import dpsynth_cli.synth as synth
 
-    real = synth.value_rows
+    real = synth.tallied_rows
 
     def streamed(data, specs):
         if isinstance(data, pa.Table):
@@ -115,7 +115,7 @@ def _streamed(monkeypatch, reads: list[int]) -> None:
             return real(batches, specs)
         return real(data, specs)
 
-    monkeypatch.setattr(synth, "value_rows", streamed)
+    monkeypatch.setattr(synth, "tallied_rows", streamed)
 
 
 @pytest.mark.parametrize("cores", [1, 4])

@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from dpsynth_cli import io
-from dpsynth_cli.domain import ColumnSpec, value_matrix
+from dpsynth_cli.domain import ColumnSpec, tallied_matrix
 from dpsynth_cli.engine.plan import BatchPlan
 from dpsynth_cli.engine.rows import A, Rows, Transform
 from dpsynth_cli.errors import DpsynthError, UsageError
@@ -77,11 +77,13 @@ class Partition:
 
 
 def _load(part: Partition, specs: list[ColumnSpec]) -> tuple[np.ndarray, ...]:
-    """On a worker: read and parse one partition once, into its value rows (float64, exact),
-    batch by batch as read. Read-only, so that no pass can change what the next one reads."""
+    """On a worker: read and parse one partition once, into its rows as `tallied_matrix` gives
+    them (float64, exact: the values, then the first unusable column; synth's first pass counts
+    the dropped rows per column, later passes keep the complete ones), batch by batch as read.
+    Read-only, so that no pass can change what the next one reads."""
     held = []
     for batch in part.read():
-        X = value_matrix(batch, specs).reshape(-1, len(specs))
+        X = tallied_matrix(batch, specs).reshape(-1, len(specs) + 1)
         X.flags.writeable = False
         held.append(X)
     return tuple(held)
@@ -141,13 +143,13 @@ class DaskSource:
 
 @contextlib.contextmanager
 def dask_rows(client: Any, parts: list[Partition], specs: list[ColumnSpec]) -> Iterator[Rows]:
-    """The complete value rows of the partitions, read once on the workers and held there until
-    the block ends (however it ends)."""
+    """The rows of the partitions as `tallied_matrix` gives them (d + 1 columns), read once on
+    the workers and held there until the block ends (however it ends)."""
     if not parts:
         raise UsageError("the dask engine found no input partitions")
     source = DaskSource(client, parts, specs)
     try:
-        yield Rows(source, len(specs))
+        yield Rows(source, len(specs) + 1)
     finally:
         source.release()
 

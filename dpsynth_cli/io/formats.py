@@ -125,6 +125,15 @@ def check_delimiter(delimiter: str, fmt: str = "csv") -> str:
     return delimiter
 
 
+def check_decimal(decimal: str, delimiter: str, fmt: str = "csv") -> None:
+    """A decimal comma cannot be read from a CSV whose fields a comma separates."""
+    if decimal == "," and delimiter == "," and fmt == "csv":
+        raise UsageError(
+            'a decimal comma (--decimal , or the schema\'s "decimal") needs another field '
+            "delimiter: give --delimiter ';' (or the file's own)"
+        )
+
+
 def delimiter_flag(text: str | None) -> str:
     """The --delimiter value as a character: 'tab' and '\\t' mean a tab; default a comma."""
     if text is None:
