@@ -460,3 +460,59 @@ def test_text_that_is_not_utf8_is_a_one_line_encoding_error(runner, tmp_path):
     one_line_error(result, 1)
     assert "'x'" in result.output and "UTF-8" in result.output
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_published_releases_are_never_replaced(runner, tmp_path, private_budget):
+    """Issue 38, item 4: a rerun without --state, a new --state, or another stream's --state
+    into an --out-dir that holds releases or a report it did not write is refused (exit 3, one
+    line naming the first such file and what to do) before the spend is recorded and before
+    anything is staged or written; the stream's own --state still continues there."""
+    src = write_csv(tmp_path / "s.csv", stream(300))
+    grown = write_csv(tmp_path / "g.csv", extend(stream(300), 500))
+    common = ["--eps", 1, "--order-by", "time", *BOUNDS, "--checkpoints", "every:100"]
+    out, st = tmp_path / "rel", tmp_path / "state"
+    first = run(runner, src, *common, "--out-dir", out)
+    assert first.exit_code == 0, first.output
+    assert len(listing(out)) == 4
+    refusals = [
+        [src, *common, "--out-dir", out],  # the same command again
+        [src, *common, "--out-dir", out, "--state", st],  # a new stream with a state
+        [src, *common, "--checkpoints", "50", "--out-dir", out],  # another checkpoint only
+    ]
+    for args in refusals:
+        spent = private_budget.read_bytes()
+        with unchanged(out, tmp_path / "nothing"):
+            result = run(runner, *args)
+        one_line_error(result, 3)
+        assert "release-000000000100.parquet" in result.output
+        assert "use a new --out-dir, or remove the old releases" in result.output
+        assert private_budget.read_bytes() == spent  # refused before the charge
+        assert not st.exists()
+    # two streams with a state each: the second never takes over the first's report
+    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
+    assert run(runner, src, *common, "--out-dir", mine, "--state", st).exit_code == 0
+    report = json.loads((mine / REPORT_NAME).read_text())
+    assert len(report["stream"]["id"]) == 16
+    for old in mine.glob("release-*"):
+        old.unlink()  # only the stream's report is left
+    with unchanged(mine, st):
+        other = run(runner, src, *common, "--out-dir", mine, "--state", theirs)
+    one_line_error(other, 3)
+    assert f"{REPORT_NAME}, the report of an earlier run or another" in other.output
+    with unchanged(mine, st):
+        one_line_error(run(runner, src, *common, "--out-dir", mine), 3)
+    # a third stream with a state of its own, then the first continues its own --out-dir
+    third = run(runner, src, *common, "--out-dir", tmp_path / "third", "--state", theirs)
+    assert third.exit_code == 0, third.output
+    with unchanged(mine, st):
+        crossed = run(runner, grown, *common, "--out-dir", mine, "--state", theirs)
+    one_line_error(crossed, 3)
+    assert f"{REPORT_NAME}, the report of another stream" in crossed.output
+    again = run(runner, grown, *common, "--out-dir", mine, "--state", st)
+    assert again.exit_code == 0, again.output
+    assert json.loads((mine / REPORT_NAME).read_text())["stream"] == report["stream"]
+    assert json.loads((mine / REPORT_NAME).read_text())["checkpoints_this_run"] == [400, 500]
+    assert sorted(p.name for p in mine.glob("release-*")) == [
+        "release-000000000400.parquet",
+        "release-000000000500.parquet",
+    ]

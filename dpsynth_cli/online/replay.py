@@ -298,6 +298,9 @@ def replay(
     lock = state_io.locked(state_dir) if state_dir else contextlib.nullcontext()
     with lock:
         engine, meta = state_io.load(state_dir, plan, ident) if state_dir else (None, {})
+        check_releases(out_dir, meta)
+        if "stream" not in meta:  # a random name of the stream (seeded runs: reproducible)
+            meta["stream"] = source.spawn("stream-id").numpy_generator().bytes(8).hex()
         _finish_pending(meta, out_dir, state_dir)
         if isinstance(rows, pa.Table):
             by_time = time_rule(options.checkpoints) is not None
@@ -339,6 +342,79 @@ def _created(out_dir: str) -> Iterator[None]:
             with contextlib.suppress(OSError):
                 os.rmdir(out_dir)
         raise
+
+
+# The files a run writes into OUT_DIR (`_run`'s names) and the report.
+RELEASE_FILE = re.compile(r"release-\d{12}(-[^/]*)?\.(csv|parquet)$")
+NEW_STREAM = (
+    "of an earlier run or another stream (a run without --state, or the first with a new "
+    "--state, begins a new stream)"
+)
+FOREIGN_RELEASE = (
+    "--out-dir {dir} already holds {name}, {whose}: a run never replaces published "
+    "releases; use a new --out-dir, or remove the old releases and report from it"
+)
+
+
+def _stream_files(out_dir: str) -> list[str]:
+    """The release files (sorted) and the report in OUT_DIR."""
+    try:
+        names = os.listdir(out_dir)
+    except OSError:
+        return []
+    mine = [n for n in names if n == REPORT_NAME or RELEASE_FILE.match(n)]
+    return sorted(mine, key=lambda n: (n == REPORT_NAME, n))  # the releases first
+
+
+def _report_stream(path: str) -> tuple[bool, str | None]:
+    """(readable as a dpsynth online report, its stream id or None)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            report = json.load(fh)
+    except (OSError, ValueError):
+        return False, None
+    if not isinstance(report, dict) or report.get("schema") != SCHEMA:
+        return False, None
+    stream = report.get("stream")
+    return True, stream.get("id") if isinstance(stream, dict) else None
+
+
+def check_releases(out_dir: str, meta: dict | None) -> None:
+    """Refuse (exit 3) an OUT_DIR whose releases or report this stream did not write: a run
+    without --state (or the first run of a new state) needs an OUT_DIR without any release or
+    report; a run continuing a --state accepts only the release files its state lists
+    (`meta["checkpoints"]`, `meta["pending"]`) and a report that carries its stream id (a state
+    and a report from before stream ids: a report without one). Decided by file names and the
+    state's metadata only, before the spend and before any row is read: a run never replaces a
+    published release, and two streams never share a report."""
+    if not os.path.isdir(out_dir):
+        return
+    meta = meta or {}
+    own = {c["file"] for c in meta.get("checkpoints", []) if isinstance(c, dict) and "file" in c}
+    for entry in meta.get("pending", []):
+        final = _final_name(entry) if isinstance(entry, str) else entry[1]
+        own.add(os.path.basename(final))
+    continued = bool(meta)  # a state that a run has saved
+    for name in _stream_files(out_dir):
+        if name == REPORT_NAME:
+            ok, stream = _report_stream(os.path.join(out_dir, name))
+            if continued and ok and stream == meta.get("stream"):
+                continue
+            whose = f"the report {'of another stream' if continued else NEW_STREAM}"
+        elif name in own:
+            continue
+        else:
+            whose = f"a release {'of another stream' if continued else NEW_STREAM}"
+        raise PrivacyRefusal(FOREIGN_RELEASE.format(dir=out_dir, name=name, whose=whose))
+
+
+def check_out_dir(
+    out_dir: str, state_dir: str | None, plan: OnlinePlan, specs: list[ColumnSpec]
+) -> None:
+    """`check_releases` before the spend: the state's metadata read without its lock (`replay`
+    checks again under it)."""
+    meta = state_io.stored(state_dir, state_io.identity(plan, specs)) if state_dir else None
+    check_releases(out_dir, meta)
 
 
 def check_dirs(out_dir: str, state_dir: str | None) -> None:
@@ -637,6 +713,7 @@ def _run(
     report = build_report(
         mechanism, specs, ledger, history, released, seeded, command, state_dir, options, accuracy
     )
+    report["stream"] = {"id": meta["stream"], "note": STREAM_NOTE}
     report_path = os.path.join(out_dir, REPORT_NAME)
     atomic_write_bytes(report_path, json.dumps(report, indent=2) + "\n")
     if state_dir:
@@ -652,6 +729,11 @@ def _partition_json(plan: OnlinePlan) -> dict[str, Any]:
     }
 
 
+STREAM_NOTE = (
+    "a random name of this stream (kept in --state): a run continuing the stream accepts only "
+    "the report with its id and the releases its state lists in --out-dir, any other run "
+    "refuses an --out-dir that holds releases or a report"
+)
 PARTITION_ACCURACY = (
     "w1_bound_mixed_metric: a-priori bound on expected W1 in the metric "
     "(`metric`: levels at distance 1, the other columns L-infinity on the unit cube; with "
