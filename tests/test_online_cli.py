@@ -516,3 +516,57 @@ def test_published_releases_are_never_replaced(runner, tmp_path, private_budget)
         "release-000000000400.parquet",
         "release-000000000500.parquet",
     ]
+
+
+def daily_weather(path: Path) -> Path:
+    """A seattle-weather-like table: 1,461 days (2012-2015), four numbers and a category."""
+    rng = np.random.default_rng(0)
+    days = np.arange(np.datetime64("2012-01-01"), np.datetime64("2016-01-01"))
+    season = np.cos(2 * np.pi * (np.arange(days.size) - 200) / 365.25)
+    temp_max = (15 + 10 * season + rng.normal(0, 3, days.size)).round(1)
+    rain = np.where(rng.random(days.size) < 0.45, rng.gamma(0.6, 5, days.size), 0).round(1)
+    cols = {
+        "date": days.astype(str),
+        "precipitation": rain,
+        "temp_max": temp_max,
+        "temp_min": (temp_max - 6 - np.abs(rng.normal(0, 2, days.size))).round(1),
+        "wind": np.abs(rng.normal(3, 1.5, days.size)).round(1),
+        "weather": np.where(rain > 0, "rain", rng.choice(["sun", "fog", "drizzle"], days.size)),
+    }
+    return write_csv(path, cols)
+
+
+WEATHER_SCHEMA = {
+    "columns": {
+        "precipitation": {"type": "float", "lower": 0, "upper": 130},
+        "temp_max": {"type": "float", "lower": -20, "upper": 45},
+        "temp_min": {"type": "float", "lower": -20, "upper": 45},
+        "wind": {"type": "float", "lower": 0, "upper": 20},
+        "weather": {"type": "category", "levels": ["drizzle", "rain", "sun", "snow", "fog"]},
+    }
+}
+
+
+def test_too_many_checkpoints_get_a_notice(runner, tmp_path, monkeypatch):
+    """Issue 38, item 5: the README's example (a daily table, --checkpoints monthly, eps 1: 47
+    checkpoints, auto picks marginals) says that its releases carry about 7x the noise of one
+    release, on stderr and in the report; every:365d (4 checkpoints: 2x) does not."""
+    monkeypatch.chdir(tmp_path)
+    daily_weather(tmp_path / "seattle-weather.csv")
+    (tmp_path / "weather.json").write_text(json.dumps(WEATHER_SCHEMA))
+    args = ["seattle-weather.csv", "--eps", 1, "--order-by", "date", "--schema", "weather.json"]
+    for checkpoints, out in (("monthly", "monthly"), ("every:365d", "yearly")):
+        result = run(runner, *args, "--checkpoints", checkpoints, "--out-dir", out)
+        assert result.exit_code == 0, result.output
+        report = json.loads((tmp_path / out / REPORT_NAME).read_text())
+        assert report["mechanism"]["chosen"]["requested"] == "auto"
+        assert report["mechanism"]["node_schedule"]["checkpoints"] == len(report["checkpoints"])
+        said = [line for line in result.output.splitlines() if "checkpoints at eps" in line]
+        if checkpoints == "monthly":
+            assert len(said) == 1 and said[0].startswith("dpsynth: note: 47 checkpoints at eps 1:")
+            assert "about 7x the noise of a single release" in said[0]
+            assert "--checkpoints every:365d" in said[0] and "larger --eps" in said[0]
+            assert report["notices"] == [said[0].removeprefix("dpsynth: note: ")]
+        else:
+            assert len(report["checkpoints"]) == 4
+            assert said == [] and report["notices"] == []
