@@ -385,12 +385,17 @@ FOREIGN_RELEASE = (
 
 
 def _stream_files(out_dir: str) -> list[str]:
-    """The release files (sorted) and the report in OUT_DIR."""
+    """The release files (sorted) and the report in OUT_DIR: regular files, or symbolic links
+    to one (a dangling link, a device or a FIFO holds no published release: written into)."""
     try:
         names = os.listdir(out_dir)
     except OSError:
         return []
-    mine = [n for n in names if n == REPORT_NAME or RELEASE_FILE.match(n)]
+    mine = [
+        n
+        for n in names
+        if (n == REPORT_NAME or RELEASE_FILE.match(n)) and os.path.isfile(os.path.join(out_dir, n))
+    ]
     return sorted(mine, key=lambda n: (n == REPORT_NAME, n))  # the releases first
 
 
