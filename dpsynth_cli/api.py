@@ -208,8 +208,10 @@ def online_replay(
     checkpoints into `out_dir`, as `dpsynth online-replay` does (dissertation ch. 5).
 
     `state`: the secret state directory that a later call continues (the stream's eps is spent
-    once per dataset it reads, however many calls continue it). Returns the files written
-    (releases, then the report) and the report dict.
+    once per dataset it reads, however many calls continue it). Published releases are never
+    replaced: an `out_dir` holding releases or a report that this stream did not write is
+    refused (`PrivacyRefusal`, before the spend). Returns the files written (releases, then the
+    report) and the report dict.
     """
     from dpsynth_cli.online.replay import check_dirs, check_mechanism
     from dpsynth_cli.online_cli import vacuous_notice

@@ -47,7 +47,10 @@ OutDir = Annotated[
         metavar="DIR",
         help="Directory of the releases, e.g. --out-dir releases/ (created if missing): "
         "release-<rows, 12 digits>.parquet per checkpoint (names sort in time order) and "
-        f"{REPORT_NAME}. Earlier releases in it are never rewritten.",
+        f"{REPORT_NAME}. Published releases are never replaced: a run refuses (exit 3, before "
+        "the spend) a DIR holding releases or a report it did not write, i.e. any, without "
+        "--state or with a new --state; a run continuing --state accepts only its own stream's "
+        "(a rerun needs a new --out-dir, or the old releases removed).",
     ),
 ]
 OrderBy = Annotated[

@@ -271,7 +271,7 @@ def replay_opened(
     constraints from declarations, the plan checked and the spend recorded before any row is
     read, the stream replayed. Returns the result and the notices to say after it."""
     from dpsynth_cli.online import replay
-    from dpsynth_cli.online.replay import check_state, plan_for
+    from dpsynth_cli.online.replay import check_out_dir, check_state, plan_for
     from dpsynth_cli.online.stream import SORTED_IN_MEMORY, open_stream
     from dpsynth_cli.online.timeline import time_rule
 
@@ -280,6 +280,7 @@ def replay_opened(
     options, left_out = replay_checks(specs, declared, options)
     plan = plan_for(options, specs)
     check_state(state_dir, plan, specs, options)  # refusals the state decides: no spend
+    check_out_dir(out_dir, state_dir, plan, specs)  # releases of another run: no spend
     spend.charge()  # once per stream and dataset: a continued --state reading it is free
     order_by = options.order_by
     with step("reading the --order-by column" if order_by else "reading input"):

@@ -460,3 +460,113 @@ def test_text_that_is_not_utf8_is_a_one_line_encoding_error(runner, tmp_path):
     one_line_error(result, 1)
     assert "'x'" in result.output and "UTF-8" in result.output
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_published_releases_are_never_replaced(runner, tmp_path, private_budget):
+    """Issue 38, item 4: a rerun without --state, a new --state, or another stream's --state
+    into an --out-dir that holds releases or a report it did not write is refused (exit 3, one
+    line naming the first such file and what to do) before the spend is recorded and before
+    anything is staged or written; the stream's own --state still continues there."""
+    src = write_csv(tmp_path / "s.csv", stream(300))
+    grown = write_csv(tmp_path / "g.csv", extend(stream(300), 500))
+    common = ["--eps", 1, "--order-by", "time", *BOUNDS, "--checkpoints", "every:100"]
+    out, st = tmp_path / "rel", tmp_path / "state"
+    first = run(runner, src, *common, "--out-dir", out)
+    assert first.exit_code == 0, first.output
+    assert len(listing(out)) == 4
+    refusals = [
+        [src, *common, "--out-dir", out],  # the same command again
+        [src, *common, "--out-dir", out, "--state", st],  # a new stream with a state
+        [src, *common, "--checkpoints", "50", "--out-dir", out],  # another checkpoint only
+    ]
+    for args in refusals:
+        spent = private_budget.read_bytes()
+        with unchanged(out, tmp_path / "nothing"):
+            result = run(runner, *args)
+        one_line_error(result, 3)
+        assert "release-000000000100.parquet" in result.output
+        assert "use a new --out-dir, or remove the old releases" in result.output
+        assert private_budget.read_bytes() == spent  # refused before the charge
+        assert not st.exists()
+    # two streams with a state each: the second never takes over the first's report
+    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
+    assert run(runner, src, *common, "--out-dir", mine, "--state", st).exit_code == 0
+    report = json.loads((mine / REPORT_NAME).read_text())
+    assert len(report["stream"]["id"]) == 16
+    for old in mine.glob("release-*"):
+        old.unlink()  # only the stream's report is left
+    with unchanged(mine, st):
+        other = run(runner, src, *common, "--out-dir", mine, "--state", theirs)
+    one_line_error(other, 3)
+    assert f"{REPORT_NAME}, the report of an earlier run or another" in other.output
+    with unchanged(mine, st):
+        one_line_error(run(runner, src, *common, "--out-dir", mine), 3)
+    # a third stream with a state of its own, then the first continues its own --out-dir
+    third = run(runner, src, *common, "--out-dir", tmp_path / "third", "--state", theirs)
+    assert third.exit_code == 0, third.output
+    with unchanged(mine, st):
+        crossed = run(runner, grown, *common, "--out-dir", mine, "--state", theirs)
+    one_line_error(crossed, 3)
+    assert f"{REPORT_NAME}, the report of another stream" in crossed.output
+    again = run(runner, grown, *common, "--out-dir", mine, "--state", st)
+    assert again.exit_code == 0, again.output
+    assert json.loads((mine / REPORT_NAME).read_text())["stream"] == report["stream"]
+    assert json.loads((mine / REPORT_NAME).read_text())["checkpoints_this_run"] == [400, 500]
+    assert sorted(p.name for p in mine.glob("release-*")) == [
+        "release-000000000400.parquet",
+        "release-000000000500.parquet",
+    ]
+
+
+def daily_weather(path: Path) -> Path:
+    """A seattle-weather-like table: 1,461 days (2012-2015), four numbers and a category."""
+    rng = np.random.default_rng(0)
+    days = np.arange(np.datetime64("2012-01-01"), np.datetime64("2016-01-01"))
+    season = np.cos(2 * np.pi * (np.arange(days.size) - 200) / 365.25)
+    temp_max = (15 + 10 * season + rng.normal(0, 3, days.size)).round(1)
+    rain = np.where(rng.random(days.size) < 0.45, rng.gamma(0.6, 5, days.size), 0).round(1)
+    cols = {
+        "date": days.astype(str),
+        "precipitation": rain,
+        "temp_max": temp_max,
+        "temp_min": (temp_max - 6 - np.abs(rng.normal(0, 2, days.size))).round(1),
+        "wind": np.abs(rng.normal(3, 1.5, days.size)).round(1),
+        "weather": np.where(rain > 0, "rain", rng.choice(["sun", "fog", "drizzle"], days.size)),
+    }
+    return write_csv(path, cols)
+
+
+WEATHER_SCHEMA = {
+    "columns": {
+        "precipitation": {"type": "float", "lower": 0, "upper": 130},
+        "temp_max": {"type": "float", "lower": -20, "upper": 45},
+        "temp_min": {"type": "float", "lower": -20, "upper": 45},
+        "wind": {"type": "float", "lower": 0, "upper": 20},
+        "weather": {"type": "category", "levels": ["drizzle", "rain", "sun", "snow", "fog"]},
+    }
+}
+
+
+def test_too_many_checkpoints_get_a_notice(runner, tmp_path, monkeypatch):
+    """Issue 38, item 5: the README's example (a daily table, --checkpoints monthly, eps 1: 47
+    checkpoints, auto picks marginals) says that its releases carry about 7x the noise of one
+    release, on stderr and in the report; every:365d (4 checkpoints: 2x) does not."""
+    monkeypatch.chdir(tmp_path)
+    daily_weather(tmp_path / "seattle-weather.csv")
+    (tmp_path / "weather.json").write_text(json.dumps(WEATHER_SCHEMA))
+    args = ["seattle-weather.csv", "--eps", 1, "--order-by", "date", "--schema", "weather.json"]
+    for checkpoints, out in (("monthly", "monthly"), ("every:365d", "yearly")):
+        result = run(runner, *args, "--checkpoints", checkpoints, "--out-dir", out)
+        assert result.exit_code == 0, result.output
+        report = json.loads((tmp_path / out / REPORT_NAME).read_text())
+        assert report["mechanism"]["chosen"]["requested"] == "auto"
+        assert report["mechanism"]["node_schedule"]["checkpoints"] == len(report["checkpoints"])
+        said = [line for line in result.output.splitlines() if "checkpoints at eps" in line]
+        if checkpoints == "monthly":
+            assert len(said) == 1 and said[0].startswith("dpsynth: note: 47 checkpoints at eps 1:")
+            assert "about 7x the noise of a single release" in said[0]
+            assert "--checkpoints every:365d" in said[0] and "larger --eps" in said[0]
+            assert report["notices"] == [said[0].removeprefix("dpsynth: note: ")]
+        else:
+            assert len(report["checkpoints"]) == 4
+            assert said == [] and report["notices"] == []

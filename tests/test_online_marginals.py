@@ -345,3 +345,24 @@ def test_the_plan_takes_the_planning_size_not_the_row_count(
     text = (tmp_path / "rel" / REPORT_NAME).read_text()
     assert json.loads(text)["mechanism"]["chosen"]["planning_rows"] == planned
     assert ("1030" in text) is (planned == 1030)
+
+
+def test_the_checkpoints_notice_rule():
+    """Issue 38, item 5: the last release's noise in units of one release's at the same eps,
+    from the number of checkpoints only: marginals sums K segments (m = 1) below a few hundred
+    checkpoints, so sqrt(K), and the binary tree's m sqrt(nodes) beyond; partition's counters
+    do not depend on the checkpoints (1). The notice comes above 3x: from 10 checkpoints on."""
+    from dpsynth_cli.online.replay import checkpoints_factor, checkpoints_notice
+
+    assert checkpoints_factor("marginals", 1) == 1.0
+    assert checkpoints_factor("marginals", 4) == pytest.approx(2.0)
+    assert checkpoints_factor("marginals", 48) == pytest.approx(48**0.5)
+    big = om.schedule(4096)
+    assert checkpoints_factor("marginals", 4096) == pytest.approx(
+        big.per_row * len(big.sums(4096)) ** 0.5
+    )
+    assert all(checkpoints_factor("partition", k) == 1.0 for k in (1, 48, 4096))
+    assert checkpoints_notice("marginals", 9, 1.0) == []
+    (notice,) = checkpoints_notice("marginals", 10, 1.0)
+    assert notice.startswith("10 checkpoints at eps 1: the last release's counts carry about 3x")
+    assert checkpoints_notice("partition", 4096, 1.0) == []

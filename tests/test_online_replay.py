@@ -281,9 +281,12 @@ def test_an_uncommitted_release_of_an_older_version_stops_the_state(tmp_path):
     state_io.save(st, engine, {**meta, "pending": [committed]})  # as an older run committed it
     replay(table(250), SPECS, opts, RandomSource.seeded(2), out_dir=out, state_dir=st)
     assert listing(out)["release-000000000100.parquet"] == b"committed"
+    fresh = os.path.join(tmp_path, "fresh")  # a run without --state needs its own --out-dir
+    os.makedirs(fresh)
+    leftover = os.path.join(fresh, ".release-000000000200.parquet.pending")
     with open(leftover, "wb") as fh:
         fh.write(b"never committed")
-    replay(table(250), SPECS, opts, RandomSource.seeded(2), out_dir=out)  # no state: removed
+    replay(table(250), SPECS, opts, RandomSource.seeded(2), out_dir=fresh)  # no state: removed
     assert not os.path.exists(leftover)
 
 

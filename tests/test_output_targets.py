@@ -21,7 +21,7 @@ import pytest
 
 import dpsynth_cli
 from dpsynth_cli import io as dio
-from dpsynth_cli.errors import UsageError
+from dpsynth_cli.errors import PrivacyRefusal, UsageError
 from dpsynth_cli.io import atomic
 from dpsynth_cli.online.replay import REPORT_NAME, ReplayOptions, replay
 from dpsynth_cli.privacy.noise import RandomSource
@@ -210,20 +210,23 @@ def test_move_file_follows_links_and_writes_into_fifos(tmp_path):
 
 
 def test_online_replay_follows_a_link_named_like_its_report(tmp_path):
+    """Links named like the report and a release, to files not written yet, are followed; once
+    their files exist they are published releases, never replaced (issue 38, item 4)."""
     out = tmp_path / "out"
     out.mkdir()
     real = tmp_path / "kept" / "report.json"
     real.parent.mkdir()
-    real.write_text("{}")
     (out / REPORT_NAME).symlink_to(real)
     release = tmp_path / "kept" / "first.csv"
-    release.write_text("old")
     (out / "release-000000000100.csv").symlink_to(release)
     opts = ReplayOptions(1.0, order_by="time", output_format="csv", checkpoints="100,500")
     replay(replay_table(600), SPECS, opts, RandomSource.seeded(2), out_dir=str(out))
     assert (out / REPORT_NAME).is_symlink()
     assert json.loads(real.read_text())["ledger"]["total_epsilon"] == 1.0
     assert (out / "release-000000000100.csv").is_symlink()
+    assert len(release.read_text().splitlines()) == 101
+    with pytest.raises(PrivacyRefusal, match="already holds release-000000000100.csv"):
+        replay(replay_table(600), SPECS, opts, RandomSource.seeded(3), out_dir=str(out))
     assert len(release.read_text().splitlines()) == 101
 
 

@@ -140,6 +140,17 @@ def schedule(checkpoints: int) -> Schedule:
     return min(options, key=lambda s: (s.worst(), s.top))
 
 
+def noise_factor(checkpoints: int) -> float:
+    """The noise standard deviation of the last release's counts in units of a single
+    release's at the same eps (K = 1, as synth's one release): every node is measured at
+    `per_row` times a single release's scale and the last checkpoint sums `sums(K)` of them,
+    so m sqrt(nodes summed). Public: K only (the shares and grids cancel out)."""
+    if checkpoints <= 1:
+        return 1.0
+    sched = schedule(checkpoints)
+    return sched.per_row * math.sqrt(len(sched.sums(checkpoints)))
+
+
 @dataclass(frozen=True)
 class ContinualPlan(pairs.Plan):
     """`pairs.Plan` with every pair measured in `per_row` nodes, a release summing `summed`."""

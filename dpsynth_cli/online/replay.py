@@ -57,7 +57,7 @@ from dpsynth_cli.mechanisms.conditioned import Rules
 from dpsynth_cli.online import state as state_io
 from dpsynth_cli.online.cube import StreamCube
 from dpsynth_cli.online.engine import OnlineEngine, apriori_bound
-from dpsynth_cli.online.marginals import MarginalsEngine
+from dpsynth_cli.online.marginals import MarginalsEngine, noise_factor
 from dpsynth_cli.online.params import ALLOCATIONS, SPARSE_SHARE, OnlinePlan
 from dpsynth_cli.online.stream import RowStream, from_table, rebatch
 from dpsynth_cli.online.timeline import Timeline, file_stamp, time_rule, time_text
@@ -180,6 +180,34 @@ def choose_mechanism(
     return "marginals" if name == "marginals" else "partition"
 
 
+# Issue 38, item 5: monthly checkpoints over 4 years (48) at eps 1 left seattle-weather's last
+# release at W1 0.17-0.31 against 0.066 with every:365d (4 checkpoints), silently.
+CHECKPOINT_COST = 3.0  # the noise factor (`checkpoints_factor`) above which a notice says so
+CHECKPOINT_NOTICE = (
+    "{k} checkpoints at eps {eps:g}: the last release's counts carry about {factor:.0f}x the "
+    "noise of a single release at eps {eps:g} (--mechanism marginals measures the rows between "
+    "each two checkpoints apart and sums them); fewer checkpoints (e.g. --checkpoints "
+    "every:365d rather than monthly, or a larger every:N) or a larger --eps give more accurate "
+    "releases"
+)
+
+
+def checkpoints_factor(mechanism: str, checkpoints: int) -> float:
+    """How many times the noise of a single release at the same eps the last release's counts
+    carry, from public facts only (the mechanism and this run's number of checkpoints):
+    marginals, `marginals.noise_factor` of the node schedule; partition, 1 (its counters and
+    their noise run the same whatever the checkpoints: a release is post-processing of them)."""
+    return noise_factor(checkpoints) if mechanism == "marginals" else 1.0
+
+
+def checkpoints_notice(mechanism: str, checkpoints: int, eps: float) -> list[str]:
+    """A notice when this run's checkpoints cost most of the accuracy (`CHECKPOINT_COST`)."""
+    factor = checkpoints_factor(mechanism, checkpoints)
+    if factor <= CHECKPOINT_COST:
+        return []
+    return [CHECKPOINT_NOTICE.format(k=checkpoints, eps=eps, factor=factor)]
+
+
 @dataclass
 class ReplayResult:
     report: dict[str, Any]
@@ -298,6 +326,9 @@ def replay(
     lock = state_io.locked(state_dir) if state_dir else contextlib.nullcontext()
     with lock:
         engine, meta = state_io.load(state_dir, plan, ident) if state_dir else (None, {})
+        check_releases(out_dir, meta)
+        if "stream" not in meta:  # a random name of the stream (seeded runs: reproducible)
+            meta["stream"] = source.spawn("stream-id").numpy_generator().bytes(8).hex()
         _finish_pending(meta, out_dir, state_dir)
         if isinstance(rows, pa.Table):
             by_time = time_rule(options.checkpoints) is not None
@@ -339,6 +370,84 @@ def _created(out_dir: str) -> Iterator[None]:
             with contextlib.suppress(OSError):
                 os.rmdir(out_dir)
         raise
+
+
+# The files a run writes into OUT_DIR (`_run`'s names) and the report.
+RELEASE_FILE = re.compile(r"release-\d{12}(-[^/]*)?\.(csv|parquet)$")
+NEW_STREAM = (
+    "of an earlier run or another stream (a run without --state, or the first with a new "
+    "--state, begins a new stream)"
+)
+FOREIGN_RELEASE = (
+    "--out-dir {dir} already holds {name}, {whose}: a run never replaces published "
+    "releases; use a new --out-dir, or remove the old releases and report from it"
+)
+
+
+def _stream_files(out_dir: str) -> list[str]:
+    """The release files (sorted) and the report in OUT_DIR: regular files, or symbolic links
+    to one (a dangling link, a device or a FIFO holds no published release: written into)."""
+    try:
+        names = os.listdir(out_dir)
+    except OSError:
+        return []
+    mine = [
+        n
+        for n in names
+        if (n == REPORT_NAME or RELEASE_FILE.match(n)) and os.path.isfile(os.path.join(out_dir, n))
+    ]
+    return sorted(mine, key=lambda n: (n == REPORT_NAME, n))  # the releases first
+
+
+def _report_stream(path: str) -> tuple[bool, str | None]:
+    """(readable as a dpsynth online report, its stream id or None)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            report = json.load(fh)
+    except (OSError, ValueError):
+        return False, None
+    if not isinstance(report, dict) or report.get("schema") != SCHEMA:
+        return False, None
+    stream = report.get("stream")
+    return True, stream.get("id") if isinstance(stream, dict) else None
+
+
+def check_releases(out_dir: str, meta: dict | None) -> None:
+    """Refuse (exit 3) an OUT_DIR whose releases or report this stream did not write: a run
+    without --state (or the first run of a new state) needs an OUT_DIR without any release or
+    report; a run continuing a --state accepts only the release files its state lists
+    (`meta["checkpoints"]`, `meta["pending"]`) and a report that carries its stream id (a state
+    and a report from before stream ids: a report without one). Decided by file names and the
+    state's metadata only, before the spend and before any row is read: a run never replaces a
+    published release, and two streams never share a report."""
+    if not os.path.isdir(out_dir):
+        return
+    meta = meta or {}
+    own = {c["file"] for c in meta.get("checkpoints", []) if isinstance(c, dict) and "file" in c}
+    for entry in meta.get("pending", []):
+        final = _final_name(entry) if isinstance(entry, str) else entry[1]
+        own.add(os.path.basename(final))
+    continued = bool(meta)  # a state that a run has saved
+    for name in _stream_files(out_dir):
+        if name == REPORT_NAME:
+            ok, stream = _report_stream(os.path.join(out_dir, name))
+            if continued and ok and stream == meta.get("stream"):
+                continue
+            whose = f"the report {'of another stream' if continued else NEW_STREAM}"
+        elif name in own:
+            continue
+        else:
+            whose = f"a release {'of another stream' if continued else NEW_STREAM}"
+        raise PrivacyRefusal(FOREIGN_RELEASE.format(dir=out_dir, name=name, whose=whose))
+
+
+def check_out_dir(
+    out_dir: str, state_dir: str | None, plan: OnlinePlan, specs: list[ColumnSpec]
+) -> None:
+    """`check_releases` before the spend: the state's metadata read without its lock (`replay`
+    checks again under it)."""
+    meta = state_io.stored(state_dir, state_io.identity(plan, specs)) if state_dir else None
+    check_releases(out_dir, meta)
 
 
 def check_dirs(out_dir: str, state_dir: str | None) -> None:
@@ -637,12 +746,19 @@ def _run(
     report = build_report(
         mechanism, specs, ledger, history, released, seeded, command, state_dir, options, accuracy
     )
+    report["stream"] = {"id": meta["stream"], "note": STREAM_NOTE}
+    if marginal:  # this run's checkpoints (public), the node schedule's K
+        notices = checkpoints_notice("marginals", engine.sched.checkpoints, options.epsilon)
+    else:
+        notices = checkpoints_notice("partition", len(stops), options.epsilon)
+    notices += weak_guarantee_notice(options.epsilon)
+    report["notices"] = notices
     report_path = os.path.join(out_dir, REPORT_NAME)
     atomic_write_bytes(report_path, json.dumps(report, indent=2) + "\n")
     if state_dir:
         meta["pending"] = []
         state_io.save(state_dir, engine, meta)
-    return ReplayResult(report, files + [report_path], weak_guarantee_notice(options.epsilon))
+    return ReplayResult(report, files + [report_path], notices)
 
 
 def _partition_json(plan: OnlinePlan) -> dict[str, Any]:
@@ -652,6 +768,11 @@ def _partition_json(plan: OnlinePlan) -> dict[str, Any]:
     }
 
 
+STREAM_NOTE = (
+    "a random name of this stream (kept in --state): a run continuing the stream accepts only "
+    "the report with its id and the releases its state lists in --out-dir, any other run "
+    "refuses an --out-dir that holds releases or a report"
+)
 PARTITION_ACCURACY = (
     "w1_bound_mixed_metric: a-priori bound on expected W1 in the metric "
     "(`metric`: levels at distance 1, the other columns L-infinity on the unit cube; with "
