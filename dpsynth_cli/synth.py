@@ -43,7 +43,12 @@ from dpsynth_cli.mechanisms.conditioned import Rules, conditioned
 from dpsynth_cli.mechanisms.count import count_sensitivity, empty_floor, noisy_tally
 from dpsynth_cli.privacy.ledger import Ledger, check_epsilon, round_down
 from dpsynth_cli.privacy.noise import RandomSource
-from dpsynth_cli.uniformity import dropped_notices, signal_block, weak_guarantee_notice
+from dpsynth_cli.uniformity import (
+    collapse_notices,
+    dropped_notices,
+    signal_block,
+    weak_guarantee_notice,
+)
 
 DEFAULT_BOUNDS_SHARE = 0.1
 # --rows beyond this is refused before any work: writing is about 10^6 rows/s (measured on a
@@ -458,6 +463,7 @@ def _synthesize(
     )
     dim_notices = lowdim.notices(run.description, options.dim.strip().lower())
     notices += weak_guarantee_notice(options.epsilon) + drop_notices + dim_notices
+    notices += collapse_notices(domain, sample)
     notices += signal_notices
     notices += [f'constraint "{c}" left out: {why}' for c, why in left_out.items()]
     result = SynthResult(

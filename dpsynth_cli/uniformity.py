@@ -180,3 +180,34 @@ def dropped_notices(
             f"({why}): {check}"
         )
     return notices, bool(notices)
+
+
+COLLAPSE_SHARE = 0.5  # a level that holds this share of a column's synthetic rows is named
+
+
+def collapse_notices(domain: Any, points: np.ndarray) -> list[str]:
+    """Notices for a category whose `other` level, or a nullable column whose missing level,
+    holds most of the synthetic rows: the values are probably not read as meant (levels left
+    out of the schema, cells not of the column's type). Read off the released points alone
+    (post-processing, like `uniform_columns`); no verdict below MIN_ROWS points."""
+    if points.shape[0] < MIN_ROWS:
+        return []
+    notices = []
+    for j, spec in enumerate(domain.columns):
+        codes = domain.written_codes(points, [j])[:, 0]
+        if spec.kind == "category" and spec.other is not None:
+            share = float(np.mean(codes == spec.levels.index(spec.other)))
+            what = f"its level '{spec.other}' (values not among its declared levels)"
+            fix = "declare the levels the column holds in the schema"
+        elif spec.nullable and np.isnan(codes).any():
+            share = float(np.mean(np.isnan(codes)))
+            what = "missing (empty cells, or cells that are not values of its type)"
+            fix = CHECK.get(spec.kind, CHECK_DEFAULT)
+        else:
+            continue
+        if share >= COLLAPSE_SHARE:
+            notices.append(
+                f"about {round(100 * share)}% of the synthetic rows of column '{spec.name}' "
+                f"are {what}: {fix}"
+            )
+    return notices

@@ -253,3 +253,37 @@ def test_a_row_counted_at_every_failing_column_fails_the_audit():
     result = audit(a, b)
     print(f"tally eps=1 every failing column: lower bound {result.epsilon_lower:.3f}")
     result.assert_exceeds(float(AUDIT_EPS))
+
+
+def test_an_other_level_or_missing_holding_most_rows_is_named(runner, tmp_path):
+    """Issue 38 item 2: a category whose `other` level holds most synthetic rows (levels left
+    out of the schema), or a nullable column mostly missing, gets a notice, read off the
+    release only; a table read as meant gets none."""
+    rng = np.random.default_rng(3)
+    wards = rng.choice(["A", "B", "C", "D", "E"], ROWS, p=[0.05, 0.05, 0.3, 0.3, 0.3])
+    counts = [str(i % 5) if i % 10 == 0 else "" for i in range(ROWS)]
+    (tmp_path / "t.csv").write_text(
+        "ward,n\n" + "".join(f"{w},{c}\n" for w, c in zip(wards, counts, strict=True))
+    )
+    columns = {
+        "ward": {"type": "category", "levels": ["A", "B", "other"], "other": "other"},
+        "n": {"type": "integer", "lower": 0, "upper": 4, "nullable": True},
+    }
+    (tmp_path / "s.json").write_text(json.dumps({"columns": columns}))
+    code, said, _ = synth(
+        runner, tmp_path, tmp_path / "t.csv", "--schema", str(tmp_path / "s.json")
+    )
+    assert code == 0, said
+    assert "of column 'ward' are its level 'other'" in said
+    assert "of column 'n' are missing" in said
+    columns["ward"]["levels"] = ["A", "B", "C", "D", "E", "other"]
+    columns["n"]["nullable"] = False
+    (tmp_path / "s.json").write_text(json.dumps({"columns": columns}))
+    (tmp_path / "t.csv").write_text(
+        "ward,n\n" + "".join(f"{w},{i % 5}\n" for i, w in enumerate(wards))
+    )
+    code, said, _ = synth(
+        runner, tmp_path, tmp_path / "t.csv", "--schema", str(tmp_path / "s.json")
+    )
+    assert code == 0, said
+    assert "synthetic rows of column" not in said
