@@ -444,6 +444,8 @@ def evaluate(
         ),
     ] = None,
     batch_rows: opt.BatchRows = None,
+    input_format: opt.InputFormat = None,
+    delimiter: opt.Delimiter = None,
     quiet: opt.Quiet = False,
 ) -> None:
     """Compare REAL and SYNTHETIC: W1 and per-column utility. NOT private: do not release."""
@@ -452,6 +454,7 @@ def evaluate(
     from dpsynth_cli.evaluate.summary import print_evaluation
 
     feedback = Feedback(quiet)
+    sep = io.delimiter_flag(delimiter)
     specs = None
     if from_report:
         specs = compare.specs_from_report(from_report)
@@ -460,14 +463,16 @@ def evaluate(
         declared = declare_columns(columns, schema, bounds)
     with contextlib.ExitStack() as inputs:
         with feedback.step("opening tables"):
-            real_fmt = io.detect_format(real, None)
+            real_fmt = io.detect_format(real, input_format)
             real_in = inputs.enter_context(
-                io.open_input(real, real_fmt, declared.names, batch_rows=batch_rows)
+                io.open_input(real, real_fmt, declared.names, batch_rows=batch_rows, delimiter=sep)
             )
 
         def open_synthetic(names: list[str]) -> io.InputSource:
-            fmt = io.detect_format(synthetic, None)
-            return inputs.enter_context(io.open_input(synthetic, fmt, names, batch_rows=batch_rows))
+            fmt = io.detect_format(synthetic, input_format)
+            return inputs.enter_context(
+                io.open_input(synthetic, fmt, names, batch_rows=batch_rows, delimiter=sep)
+            )
 
         result, specs, names = runs.compare_tables(
             real_in,

@@ -180,6 +180,27 @@ def _masked_from(data: bytes, start: int) -> bytes:
     return masked.tobytes()
 
 
+PARQUET_MAGIC = b"PAR1"
+# separators a header read with commas may hold instead (the hint of _refuse_other_separator)
+OTHER_SEPARATORS = ((";", "';'"), ("\t", "tab"), ("|", "'|'"))
+
+
+def _refuse_other_separator(names: list[str], name: str) -> None:
+    """A header read with commas that is one field holding ';' (a tab, '|') is most likely a
+    file separated by it: refused with the --delimiter to give. Decided from the header line
+    alone (column names are structure, public), never from data rows; --delimiter ',' reads
+    such a file as one column."""
+    if len(names) != 1:
+        return
+    for sep, flag in OTHER_SEPARATORS:
+        if sep in names[0]:
+            shown = "a tab" if sep == "\t" else f"'{sep}'"
+            raise UsageError(
+                f"{name} looks separated by {shown} (its header is one field holding "
+                f"{shown}): add --delimiter {flag} (or --delimiter ',' to read it as one column)"
+            )
+
+
 class _CsvSource(InputSource):
     """A CSV input read with pyarrow's streaming reader (all columns as text)."""
 
@@ -190,6 +211,8 @@ class _CsvSource(InputSource):
         header: bool,
         batch_rows: int | None,
         delimiter: str = ",",
+        *,
+        guess: bool = False,
     ) -> None:
         super().__init__(data.spool)
         self._data, self.name, self._header = data, data.name, header
@@ -198,7 +221,10 @@ class _CsvSource(InputSource):
         # fields per record, for the field limit: the header's (counted as it is read) or, with
         # --no-header, the columns named
         self._fields = None if header or columns is None else len(columns)
+        self._refuse_parquet()
         names = self._first_names()
+        if header and guess and columns is None:
+            _refuse_other_separator(names, self.name)
         if header:
             if all(_NUMBER.fullmatch(n.strip()) for n in names):
                 raise DataError(
@@ -292,6 +318,16 @@ class _CsvSource(InputSource):
             )
         except (pa.ArrowException, ValueError):  # pyarrow's text may hold data: never shown
             return None
+
+    def _refuse_parquet(self) -> None:
+        """A Parquet file read as CSV (e.g. named .csv): its first bytes are Parquet's magic
+        (structure, not data), which would otherwise be reported as invalid UTF-8."""
+        with self._data.open() as raw:
+            start = raw.read(len(PARQUET_MAGIC))
+        if start == PARQUET_MAGIC:
+            raise DataError(
+                f"{self.name} looks like a Parquet file: use --input-format parquet or rename it"
+            )
 
     def _first_names(self) -> list[str]:
         """The header's names (or, without a header, one name per field of the first record).

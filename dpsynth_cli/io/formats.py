@@ -125,10 +125,11 @@ def check_delimiter(delimiter: str, fmt: str = "csv") -> str:
     return delimiter
 
 
-def delimiter_flag(text: str | None) -> str:
-    """The --delimiter value as a character: 'tab' and '\\t' mean a tab; default a comma."""
+def delimiter_flag(text: str | None) -> str | None:
+    """The --delimiter value as a character: 'tab' and '\\t' mean a tab; None when not given
+    (`open_input` reads a comma, and says when the header looks separated by another)."""
     if text is None:
-        return ","
+        return None
     return "\t" if text.strip().lower() in ("tab", "\\t") else text
 
 

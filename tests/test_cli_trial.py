@@ -1,0 +1,47 @@
+"""Issue 38, item 7: the smaller things a new user's trial met (hints on input files, help
+texts, API messages, notices, --dry-run, a closed stdout)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from tests.test_cli_newuser import invoke, one_line_error
+
+
+def test_a_semicolon_header_without_delimiter_says_which_to_give(runner, tmp_path):
+    """No column named: the header line alone (one field holding ';') says --delimiter ';'."""
+    data = tmp_path / "d.csv"
+    data.write_text("age;income\n" + "".join(f"{i % 90};{i * 10}\n" for i in range(300)))
+    hint = "d.csv looks separated by ';' (its header is one field holding ';'): add --delimiter ';'"
+    for args in (
+        ["synth", data, "--eps", 1, "-o", tmp_path / "o.csv"],
+        ["schema", "draft", data],
+        ["evaluate", data, data],
+    ):
+        assert hint in one_line_error(invoke(runner, *args), 2), args
+    done = invoke(runner, "evaluate", data, data, "--delimiter", ";", "--json")
+    assert done.exit_code == 0, done.output
+    # given, a comma reads the header as one column (a name may hold ';')
+    draft = invoke(runner, "schema", "draft", data, "--delimiter", ",")
+    assert draft.exit_code == 0 and '"age;income"' in draft.stdout
+
+
+def test_a_parquet_file_named_csv_is_said_to_be_parquet(runner, tmp_path):
+    data = tmp_path / "d.csv"
+    pd.DataFrame({"a": [1.0, 2.0, 3.0]}).to_parquet(data)
+    for args in (
+        ["synth", data, "--eps", 1, "--bounds", "a=0:9", "-o", tmp_path / "o.csv"],
+        ["schema", "draft", data],
+        ["evaluate", data, data],
+    ):
+        line = one_line_error(invoke(runner, *args), 1)
+        assert line.endswith(
+            f"{data} looks like a Parquet file: use --input-format parquet or rename it"
+        ), line
+        assert "UTF-8" not in line
+    done = invoke(
+        runner, "schema", "draft", data, "--input-format", "parquet"
+    )  # the format given: read as Parquet
+    assert done.exit_code == 0, done.output
+    done = invoke(runner, "evaluate", data, data, "--input-format", "parquet", "--json")
+    assert done.exit_code == 0, done.output
