@@ -4,7 +4,9 @@ texts, API messages, notices, --dry-run, a closed stdout)."""
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
+from dpsynth_cli.cli import app
 from tests.test_cli_newuser import invoke, one_line_error
 
 
@@ -45,3 +47,16 @@ def test_a_parquet_file_named_csv_is_said_to_be_parquet(runner, tmp_path):
     assert done.exit_code == 0, done.output
     done = invoke(runner, "evaluate", data, data, "--input-format", "parquet", "--json")
     assert done.exit_code == 0, done.output
+
+
+@pytest.mark.parametrize("command", ["set", "show", "reset"])
+def test_budget_commands_help_says_which_file_not_synths_release(runner, command):
+    """`budget set/show/reset --budget` names the file they read or change, not the text of
+    synth's --budget (record this release, refuse the run)."""
+    result = runner.invoke(app, ["budget", command, "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert "The privacy budget FILE to read or change" in text
+    assert "Record this release" not in text and "refuse the run" not in text
+    synth = runner.invoke(app, ["synth", "--help"], env={"COLUMNS": "200"})
+    assert "Record this release" in " ".join(synth.stdout.split())
