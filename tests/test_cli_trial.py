@@ -60,3 +60,46 @@ def test_budget_commands_help_says_which_file_not_synths_release(runner, command
     assert "Record this release" not in text and "refuse the run" not in text
     synth = runner.invoke(app, ["synth", "--help"], env={"COLUMNS": "200"})
     assert "Record this release" in " ".join(synth.stdout.split())
+
+
+def test_api_errors_name_keywords_not_flags(runner, tmp_path):
+    """The API's errors come from the command's checks, their flags in the API's keywords."""
+    import warnings
+
+    import dpsynth_cli as dp
+
+    frame = pd.DataFrame({"a": [1.0, 2.0, 3.0] * 50, "b": [1.0, 2.0, 3.0] * 50})
+    bounds = {"a": (0, 9), "b": (0, 9)}
+    cases = [
+        (dp.synthesize, {"eps": -1}, "eps= must be a positive finite number"),
+        (dp.synthesize, {"eps": 1, "bounds_eps": 5}, "bounds_eps= must be smaller than eps="),
+        (dp.synthesize, {"eps": 1, "dim": "3", "bounds": bounds}, "dim=3: must be between 1"),
+        (dp.synthesize, {"eps": 1, "seed": -1}, "seed must be a whole number >= 0"),
+        (dp.principal_components, {"eps": 1, "k": 0, "bounds": bounds}, "k= must be between"),
+        (
+            dp.principal_components,
+            {"eps": 1, "row_norm": -1, "bounds": bounds},
+            "row_norm= must be a positive number, e.g. row_norm=2.2",
+        ),
+        (
+            dp.synthesize,
+            {"eps": 1, "columns": ["a"], "bounds_eps": 0.01},
+            "bounds={'a': (LOWER, UPPER)} or in schema=",
+        ),
+    ]
+    for function, kwargs, words in cases:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with pytest.raises(dp.DpsynthError) as raised:
+                function(
+                    frame.assign(a=["x"] * 150) if "columns" in kwargs else frame,
+                    budget=False,
+                    **kwargs,
+                )
+        assert words in str(raised.value), (kwargs, str(raised.value))
+        assert "--" not in str(raised.value)
+        assert isinstance(raised.value, dp.DataError if "columns" in kwargs else dp.UsageError)
+    data = tmp_path / "d.csv"
+    frame.to_csv(data, index=False)
+    command = invoke(runner, "synth", data, "--eps", -1, "--no-budget")
+    assert "--eps must be a positive finite number" in one_line_error(command, 2)
