@@ -103,3 +103,27 @@ def test_api_errors_name_keywords_not_flags(runner, tmp_path):
     frame.to_csv(data, index=False)
     command = invoke(runner, "synth", data, "--eps", -1, "--no-budget")
     assert "--eps must be a positive finite number" in one_line_error(command, 2)
+
+
+def test_dim_notice_gives_a_value_for_every_component_it_lists(runner, tmp_path):
+    """`--dim 5` on noise: the notice says none of the 5 components can be told from noise and
+    gives 5 released values (before: 3 values for 5 components)."""
+    import re
+
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    data = tmp_path / "d.csv"
+    pd.DataFrame(rng.random((400, 8)), columns=[f"c{j}" for j in range(8)]).to_csv(
+        data, index=False
+    )
+    bounds = [a for j in range(8) for a in ("--bounds", f"c{j}=0:1")]
+    args = ["synth", data, "--eps", 1, *bounds, "--dim", 5, "--seed", 1, "--no-budget"]
+    result = invoke(runner, *args, "-o", tmp_path / "o.csv")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stderr.split())
+    assert "none of the 5 components can be told from noise" in text, text
+    found = re.search(r"released values ([-0-9.e, ]+?) for components ([0-9, ]+) are not", text)
+    assert found, text
+    values = found.group(1).split(", ")
+    assert len(values) == 5 and found.group(2) == "1, 2, 3, 4, 5"
