@@ -355,7 +355,8 @@ def _dry_run_plan(options: SynthOptions, declarations: Declared) -> dict[str, An
         else (schema_specs or {}).get(n, ColumnSpec(n, "float"))
         for n in names or []
     ]
-    budget = plan_budget(options, specs).to_json()
+    planned = plan_budget(options, specs)
+    budget = planned.to_json()
     if names is None:
         budget["note"] = (
             "columns are every column of a CSV header (parsed as numbers) or every numeric "
@@ -372,6 +373,16 @@ def _dry_run_plan(options: SynthOptions, declarations: Declared) -> dict[str, An
         "noise": "discrete Laplace, exact rational scales",
         **dim_plan(options.dim),
     }
+    if options.mechanism == "auto" and specs and plan["dim"] == "full":
+        # the rule applied to the declared columns: what auto picks, by the noisy count
+        from dpsynth_cli.domain import CONTINUOUS, LEVEL_KINDS
+        from dpsynth_cli.mechanisms import select
+
+        flags = sum(s.kind in CONTINUOUS and s.nullable for s in specs)
+        levels = flags > 0 or any(s.kind in LEVEL_KINDS for s in specs)
+        plan["auto_choice"] = select.planned(
+            len(specs) + flags, planned.mechanism, options.relation, levels, len(specs)
+        )
     if declarations.constraints:  # how each will be enforced; those on unchosen columns left out
         plan["constraints"] = describe(*choose(declarations.constraints, specs))
     return plan

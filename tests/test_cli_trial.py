@@ -127,3 +127,45 @@ def test_dim_notice_gives_a_value_for_every_component_it_lists(runner, tmp_path)
     assert found, text
     values = found.group(1).split(", ")
     assert len(values) == 5 and found.group(2) == "1, 2, 3, 4, 5"
+
+
+def test_dry_run_says_what_auto_picks_for_a_category_table(runner, tmp_path):
+    """--dry-run on declared columns with categories: marginals from the noisy count the rule
+    needs (not "privtree" from reading the rule's level clause), and a run picks it."""
+    import json
+
+    import numpy as np
+
+    schema = tmp_path / "schema.json"
+    columns = {
+        "a": {"type": "category", "levels": ["x", "y"]},
+        "b": {"type": "category", "levels": ["p", "q", "r"]},
+        "c": {"type": "float", "lower": 0, "upper": 1},
+        "d": {"type": "integer", "lower": 0, "upper": 9},
+    }
+    schema.write_text(json.dumps({"columns": columns}))
+    rng = np.random.default_rng(2)
+    data = tmp_path / "d.csv"
+    pd.DataFrame(
+        {
+            "a": rng.choice(["x", "y"], 2000),
+            "b": rng.choice(["p", "q", "r"], 2000),
+            "c": rng.random(2000),
+            "d": rng.integers(0, 10, 2000),
+        }
+    ).to_csv(data, index=False)
+    args = ["synth", data, "--eps", 1, "--schema", schema, "--no-budget"]
+    plan = invoke(runner, *args, "--dry-run")
+    assert plan.exit_code == 0, plan.output
+    choice = json.loads(plan.stdout)["auto_choice"]
+    assert choice.startswith("auto on these 4 columns with level columns")
+    assert "marginals from a noisy count of 379 rows; below it privtree" in choice
+    report = tmp_path / "r.json"
+    done = invoke(runner, *args, "--seed", 1, "-o", tmp_path / "o.csv", "--report", report)
+    assert done.exit_code == 0, done.output
+    assert json.loads(report.read_text())["mechanism"]["name"] == "marginals"
+    numbers = invoke(runner, "synth", data, "--eps", 1, "--bounds", "c=0:1", "--dry-run")
+    assert (
+        json.loads(numbers.stdout)["auto_choice"]
+        == "auto on this column of numbers only: hierarchy"
+    )
