@@ -428,6 +428,7 @@ def _synthesize(
         noisy_rows=n_hat,
         empty_floor=empty_floor(budget.count),
         eps_rows=float(budget.mechanism) * n_hat,
+        level_columns=domain.level_columns,
     )
     dim_notices = lowdim.notices(run.description, options.dim.strip().lower())
     notices += weak_guarantee_notice(options.epsilon) + dim_notices + signal_notices

@@ -169,3 +169,37 @@ def test_dry_run_says_what_auto_picks_for_a_category_table(runner, tmp_path):
         json.loads(numbers.stdout)["auto_choice"]
         == "auto on this column of numbers only: hierarchy"
     )
+
+
+def test_uniform_notice_does_not_name_a_balanced_two_level_column(runner, tmp_path):
+    """A 50/50 boolean/category column comes out 'uniform' by construction (a level's mass is
+    spread over its slot): not named in the notice; a uniform number still is."""
+    import json
+
+    import numpy as np
+
+    rng = np.random.default_rng(4)
+    n = 20_000
+    data = tmp_path / "d.csv"
+    pd.DataFrame(
+        {
+            "sex": rng.choice(["f", "m"], n),
+            "age": np.clip(rng.normal(40, 8, n), 0, 100).round(1),
+            "u": rng.random(n),
+        }
+    ).to_csv(data, index=False)
+    schema = tmp_path / "schema.json"
+    columns = {
+        "sex": {"type": "category", "levels": ["f", "m"]},
+        "age": {"type": "float", "lower": 0, "upper": 100},
+        "u": {"type": "float", "lower": 0, "upper": 1},
+    }
+    schema.write_text(json.dumps({"columns": columns}))
+    report = tmp_path / "r.json"
+    args = ["synth", data, "--eps", 1, "--schema", schema, "--no-budget", "--seed", 1]
+    result = invoke(runner, *args, "-o", tmp_path / "o.csv", "--report", report)
+    assert result.exit_code == 0, result.output
+    assert "uniform on their bounds: 'u' (either" in result.stderr, result.stderr
+    assert "'sex'" not in result.stderr
+    # the report still records the test's verdict on every column
+    assert "sex" in json.loads(report.read_text())["accuracy"]["signal"]["uniform_columns"]
