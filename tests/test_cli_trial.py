@@ -203,3 +203,48 @@ def test_uniform_notice_does_not_name_a_balanced_two_level_column(runner, tmp_pa
     assert "'sex'" not in result.stderr
     # the report still records the test's verdict on every column
     assert "sex" in json.loads(report.read_text())["accuracy"]["signal"]["uniform_columns"]
+
+
+def test_opening_a_csv_leaves_no_pyarrow_thread_reading_it(tmp_path, monkeypatch):
+    """The cause of `schema draft ... | head` printing "terminate called without an active
+    exception" (rarely): the header was read by pyarrow's streaming reader over the Python
+    feed, whose read-ahead went on in pyarrow's IO threads, calling into Python, after the
+    reader was closed and while the command ended. The header now comes from memory: opening
+    reads the feed on the calling thread only."""
+    import threading
+
+    from dpsynth_cli import io
+    from dpsynth_cli.io import csv_read
+
+    monkeypatch.setattr(csv_read, "CSV_BLOCK_BYTES", 1 << 12)  # many blocks to read ahead
+    data = tmp_path / "d.csv"
+    data.write_text("a,b\n" + "".join(f"{i},{i * 2}\n" for i in range(20_000)))
+    threads = []
+    read = csv_read._CsvFeed.read
+
+    def recorded(self, n=-1):
+        threads.append(threading.current_thread() is threading.main_thread())
+        return read(self, n)
+
+    monkeypatch.setattr(csv_read._CsvFeed, "read", recorded)
+    with io.open_input(str(data), "csv", None) as source:
+        assert source.all_columns == ["a", "b"]
+    assert threads and all(threads), threads
+
+
+def test_schema_draft_into_a_closed_pipe_is_quiet(tmp_path):
+    """`schema draft ... | head -c 10`: stdout closed early, stderr stays clean and the exit
+    status is the other commands' for a closed stdout (0)."""
+    import subprocess
+    import sys
+
+    wide = tmp_path / "wide.csv"  # a draft far larger than a pipe's buffer
+    wide.write_text(",".join(f"column_{j}" for j in range(3000)) + "\n" + "1," * 2999 + "1\n")
+    big = tmp_path / "big.csv"
+    big.write_text("a,b\n" + "".join(f"{i},{i}\n" for i in range(200_000)))
+    for path in (wide, big):
+        cmd = f"'{sys.executable}' -m dpsynth_cli schema draft '{path}' | head -c 10"
+        cmd += "; exit ${PIPESTATUS[0]}"
+        done = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, check=False)
+        assert done.stderr == "" and done.returncode == 0, (path, done)
+        assert len(done.stdout) == 10

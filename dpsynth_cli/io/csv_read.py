@@ -201,6 +201,19 @@ def _refuse_other_separator(names: list[str], name: str) -> None:
             )
 
 
+def _first_line(data: bytes) -> bytes | None:
+    """The first record of `data` with its line end, when no quote can hide a line end in it
+    (structure only); None otherwise (the full reader decides)."""
+    ends = [i for i in (data.find(b"\n"), data.find(b"\r")) if i >= 0]
+    if not ends:
+        return None
+    end = min(ends)
+    if b'"' in data[:end]:
+        return None
+    end += 2 if data[end : end + 2] == b"\r\n" else 1
+    return data[:end]
+
+
 class _CsvSource(InputSource):
     """A CSV input read with pyarrow's streaming reader (all columns as text)."""
 
@@ -339,17 +352,33 @@ class _CsvSource(InputSource):
             feed = _CsvFeed(
                 _CsvBlocks(raw, self.name, self._block), self._block, self._fields, self._sep
             )
-            reader = self._reader(feed, [], None)
-            names = None
-            if reader is not None:
-                with contextlib.suppress(pa.ArrowException, ValueError):
-                    names = list(reader.schema.names)
-                with contextlib.suppress(pa.ArrowException, ValueError):
-                    reader.close()
-        if names is None or feed.problem:
+            line = _first_line(feed.read(self._block))  # what pyarrow's first block holds
+        problem = feed.problem
+        if line is not None:
+            # pyarrow parses the first record from memory: a reader over the feed would read
+            # ahead in pyarrow's IO threads, still calling into Python while the command ends
+            # ("terminate called without an active exception" at exit, e.g. `schema draft`)
+            names = self._names_from(pa.BufferReader(line))
+        else:  # a quote in the first line, or no line end in the first block: the full reader
+            with self._data.open() as raw:
+                feed = _CsvFeed(
+                    _CsvBlocks(raw, self.name, self._block), self._block, self._fields, self._sep
+                )
+                names = self._names_from(feed)
+                problem = feed.problem
+        if names is None or problem:
             self._check_structure()
         if names is None:
             raise DataError(f"cannot parse the header line of {self.name}")
+        return names
+
+    def _names_from(self, source: Any) -> list[str] | None:
+        reader, names = self._reader(source, [], None), None
+        if reader is not None:
+            with contextlib.suppress(pa.ArrowException, ValueError):
+                names = list(reader.schema.names)
+            with contextlib.suppress(pa.ArrowException, ValueError):
+                reader.close()
         return names
 
     def _check_structure(self) -> None:
