@@ -265,21 +265,38 @@ def synth(
                     cluster, result, plan, output, out_fmt, input, mark, extra, private, final
                 )
         else:
-            io.write_outputs(
-                (t.replace_schema_metadata(mark) for t in result.batches(read.batch_rows)),
-                output,
-                out_fmt,
-                input_path=input,
-                schema=result.domain.output_schema(mark),
-                extra=extra,
-                private=private,
-                final=report_file != "-",
-            )
+            with feedback.step("writing the synthetic rows"):
+                io.write_outputs(
+                    _shown(
+                        (t.replace_schema_metadata(mark) for t in result.batches(read.batch_rows)),
+                        feedback.counter("writing"),
+                        result.output_rows,
+                    ),
+                    output,
+                    out_fmt,
+                    input_path=input,
+                    schema=result.domain.output_schema(mark),
+                    extra=extra,
+                    private=private,
+                    final=report_file != "-",
+                )
     if report_file == "-":  # after the files: a reader of stdout may stop at any time
         io.write_text_stdout(report.dumps(public), final=True)
     elif report_file is None:
         feedback.notice(report.no_report_notice(output))
     feedback.summary(public, output, report_file)
+
+
+def _shown(
+    tables: Iterator[Any], show: Callable[[int, int], None] | None, total: int
+) -> Iterator[Any]:
+    """The output's batches, with the rows written so far in the status line (a terminal)."""
+    done = 0
+    for table in tables:
+        yield table
+        done += table.num_rows
+        if show is not None:
+            show(done, total)
 
 
 def _check_engine(engine: str, scheduler: str | None, input: str, output: str) -> None:

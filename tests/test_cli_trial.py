@@ -248,3 +248,43 @@ def test_schema_draft_into_a_closed_pipe_is_quiet(tmp_path):
         done = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, check=False)
         assert done.stderr == "" and done.returncode == 0, (path, done)
         assert len(done.stdout) == 10
+
+
+def test_synth_shows_progress_while_writing(runner, tmp_path, monkeypatch):
+    """The write phase (seconds at millions of rows) has its own status line with the rows
+    written so far, on a terminal (before: nothing after 'synthesising')."""
+    import contextlib
+
+    from dpsynth_cli.console import Feedback
+
+    texts = []
+
+    class Status:
+        def update(self, text):
+            texts.append(text)
+
+    @contextlib.contextmanager
+    def step(self, what):
+        self._status = Status()
+        texts.append(what)
+        yield
+        self._status = None
+
+    init = Feedback.__init__
+
+    def interactive(self, quiet):
+        init(self, quiet)
+        self.interactive = True
+
+    monkeypatch.setattr(Feedback, "__init__", interactive)
+    monkeypatch.setattr(Feedback, "step", step)
+    monkeypatch.setattr(Feedback, "summary", lambda *args: None)
+    data = tmp_path / "d.csv"
+    pd.DataFrame({"a": [i % 10 for i in range(3000)]}).to_csv(data, index=False)
+    args = ["synth", data, "--eps", 1, "--bounds", "a=0:9", "--rows", 2500, "--no-budget"]
+    result = invoke(runner, *args, "--batch-rows", 1000, "-o", tmp_path / "o.csv")
+    assert result.exit_code == 0, result.output
+    start = texts.index("writing the synthetic rows")
+    written = [t for t in texts[start:] if t.startswith("writing:")]
+    assert written[-1].startswith("writing: 2,500 of 2,500 rows") and written[-1].endswith("done")
+    assert len(written) >= 2  # one per output batch
