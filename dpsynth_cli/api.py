@@ -80,6 +80,10 @@ KEYWORDS = {
     "--from-report": "from_report",
     "--out-dir": "out_dir",
 }
+PHRASES = {  # a flag with a word for its value (the pattern below joins numbers and quotes)
+    "--input-format parquet": "input_format='parquet'",
+    "--input-format csv": "input_format='csv'",
+}
 _BOUNDS = re.compile(r"--bounds '?([^'\s=]+)=LOWER:UPPER'?")
 _FLAG = re.compile(r"(?<![\w-])(--?[a-z][a-z-]*)(?![\w-])( (?=[0-9'\"(A-Z])\S+)?")
 
@@ -97,6 +101,8 @@ def keyword_text(message: str) -> str:
         keyword += "" if "=" in keyword else "="
         return keyword + (value[1:] if value else "")
 
+    for flag, keyword in PHRASES.items():
+        message = message.replace(flag, keyword)
     message = _BOUNDS.sub(lambda m: f"bounds={{'{m.group(1)}': (LOWER, UPPER)}}", message)
     return _FLAG.sub(swap, message)
 
@@ -436,7 +442,9 @@ def _opened(
         raise UsageError("data must be a pandas DataFrame, an Arrow table or a path")
     path = os.fspath(data)
     fmt = io.detect_format(path, input_format)
-    with io.open_input(path, fmt, names) as read:
+    # a comma, as given: the API has no delimiter keyword to answer the command's
+    # "looks separated by ';'" (read such a file with pandas and pass the DataFrame)
+    with io.open_input(path, fmt, names, delimiter=",") as read:
         yield read, fmt == "parquet"
 
 

@@ -288,3 +288,20 @@ def test_synth_shows_progress_while_writing(runner, tmp_path, monkeypatch):
     written = [t for t in texts[start:] if t.startswith("writing:")]
     assert written[-1].startswith("writing: 2,500 of 2,500 rows") and written[-1].endswith("done")
     assert len(written) >= 2  # one per output batch
+
+
+def test_api_reads_paths_with_commas_and_names_the_parquet_keyword(tmp_path):
+    """The API has no delimiter keyword: a path is read with commas as before (a header that
+    is one field holding ';' is one column); a Parquet file named .csv is said in keywords."""
+    import dpsynth_cli as dp
+
+    data = tmp_path / "d.csv"
+    pd.DataFrame({"a": [1.0, 2.0, 3.0]}).to_parquet(data)
+    with pytest.raises(dp.DataError) as raised:
+        dp.evaluate_synthetic(data, data)
+    assert str(raised.value).endswith("use input_format='parquet' or rename it")
+    semi = tmp_path / "s.csv"
+    semi.write_text("a;b\n" + "".join(f"{i};{i}\n" for i in range(100)))
+    with pytest.raises(dp.DpsynthError) as raised:
+        dp.evaluate_synthetic(semi, semi)
+    assert "looks separated" not in str(raised.value)
