@@ -305,3 +305,22 @@ def test_api_reads_paths_with_commas_and_names_the_parquet_keyword(tmp_path):
     with pytest.raises(dp.DpsynthError) as raised:
         dp.evaluate_synthetic(semi, semi)
     assert "looks separated" not in str(raised.value)
+
+
+def test_a_pass_left_early_stops_pyarrows_read_ahead(tmp_path, monkeypatch):
+    """A pass a caller stops (or an error ends) stops its feed: pyarrow's read-ahead then
+    reads nothing more (no IO thread keeps calling into Python while the command ends)."""
+    from dpsynth_cli import io
+    from dpsynth_cli.io import csv_read
+
+    monkeypatch.setattr(csv_read, "CSV_BLOCK_BYTES", 1 << 12)
+    data = tmp_path / "d.csv"
+    data.write_text("a,b\n" + "".join(f"{i},{i * 2}\n" for i in range(20_000)))
+    stopped = []
+    stop = csv_read._CsvFeed.stop
+    monkeypatch.setattr(csv_read._CsvFeed, "stop", lambda self: [stopped.append(self), stop(self)])
+    with io.open_input(str(data), "csv", None, batch_rows=100) as source:
+        passes = source.batches()
+        assert next(passes).num_rows == 100
+        passes.close()
+    assert len(stopped) == 1 and stopped[0].read(10) == b""

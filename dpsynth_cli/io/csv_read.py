@@ -79,6 +79,13 @@ class _CsvFeed(pyio.RawIOBase):
         self._cutter: tuple[_CsvScan, int] | None = None  # looking for the bad record's end
         self.bad_utf8 = False
         self.unterminated = False
+        self._stopped = False
+
+    def stop(self) -> None:
+        """The reader is done with the feed: reads return nothing from now on, so pyarrow's
+        read-ahead (in its IO threads, calling into Python) ends at once, not blocks later
+        while the command may be ending."""
+        self._stopped = True
 
     @property
     def problem(self) -> bool:
@@ -90,6 +97,8 @@ class _CsvFeed(pyio.RawIOBase):
     def read(self, n: int = -1) -> bytes:
         """`n` bytes (fewer only at the end): pyarrow's blocks are then all `block` bytes, so
         a record up to that long is always whole in one block or two adjacent ones."""
+        if self._stopped:
+            return b""
         parts: list[bytes | memoryview] = []
         want = (1 << 62) if n is None or n < 0 else n
         while want > 0:
@@ -277,24 +286,27 @@ class _CsvSource(InputSource):
             )
             names = None if self._header else self.all_columns
             reader, failed = self._reader(feed, invalid, convert, names), False
-            out = _Rebatch(self.batch_rows)
-            held: pa.RecordBatch | None = None  # passed on once the next block parsed cleanly
-            while reader is not None:
-                try:
-                    batch = reader.read_next_batch()
-                except StopIteration:
-                    break
-                except (pa.ArrowException, ValueError):
-                    failed = True
-                    break
+            try:
+                out = _Rebatch(self.batch_rows)
+                held: pa.RecordBatch | None = None  # passed on once the next block parsed cleanly
+                while reader is not None:
+                    try:
+                        batch = reader.read_next_batch()
+                    except StopIteration:
+                        break
+                    except (pa.ArrowException, ValueError):
+                        failed = True
+                        break
+                    if held is not None:
+                        yield from out.add(held)
+                    held = batch
+                if reader is None or failed or feed.problem:
+                    raise self._explain(invalid, failed=reader is None or failed)
                 if held is not None:
                     yield from out.add(held)
-                held = batch
-            if reader is None or failed or feed.problem:
-                raise self._explain(invalid, failed=reader is None or failed)
-            if held is not None:
-                yield from out.add(held)
-            yield from out.rest()
+                yield from out.rest()
+            finally:  # a pass left early (an error, a caller that stops): no read-ahead goes on
+                feed.stop()
 
     def _reader(
         self,
@@ -365,6 +377,7 @@ class _CsvSource(InputSource):
                     _CsvBlocks(raw, self.name, self._block), self._block, self._fields, self._sep
                 )
                 names = self._names_from(feed)
+                feed.stop()
                 problem = feed.problem
         if names is None or problem:
             self._check_structure()
@@ -396,6 +409,7 @@ class _CsvSource(InputSource):
                         pass
                 except (pa.ArrowException, ValueError):
                     failed = True
+            feed.stop()
         if reader is None or failed or feed.problem:
             raise self._explain(invalid, failed=reader is None or failed)
 
