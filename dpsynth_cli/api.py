@@ -8,7 +8,7 @@ and its number of rows is never revealed (synth draws a noisy count). Randomness
 operating system's secure generator; `seed` is for tests only and marks the result NOT FOR
 RELEASE. Notices the command prints become `DpsynthNotice` warnings (and a seed a
 `NotForRelease` warning); errors are the command's (`DpsynthError` and its subclasses, with the
-message the command prints).
+message the command prints, its flags named by the keywords: `--eps` as `eps=`).
 
 Budget: like the commands, every release is recorded in the privacy budget file
 (`budget=None`: $DPSYNTH_BUDGET, else the default under the user's state directory; a path; or
@@ -20,11 +20,13 @@ without a name shares one dataset, "memory"), and a release past a declared tota
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
+import re
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Literal, ParamSpec, TypeVar
 
 import pandas as pd
 import pyarrow as pa
@@ -32,7 +34,7 @@ import pyarrow as pa
 from dpsynth_cli import budget as budget_file
 from dpsynth_cli import io, runs
 from dpsynth_cli.domain import Declared, InlineSchema, declare_columns
-from dpsynth_cli.errors import UsageError
+from dpsynth_cli.errors import DpsynthError, UsageError
 from dpsynth_cli.report import NOT_FOR_RELEASE
 
 DataInput = pd.DataFrame | pa.Table | str | os.PathLike
@@ -40,6 +42,83 @@ Schema = Mapping[str, Any] | str | os.PathLike
 Bounds = Mapping[str, tuple[float, float]]
 BudgetArg = str | os.PathLike | Literal[False] | None
 Output = Literal["pandas", "arrow"]
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+# The commands' flags and the API's keywords: an error the API raises comes from the same
+# checks as the command's, its flags rewritten to the keywords (`_keywords`).
+KEYWORDS = {
+    "--eps": "eps",
+    "--bounds-eps": "bounds_eps",
+    "--neighboring": "neighboring",
+    "--mechanism": "mechanism",
+    "--dim": "dim",
+    "--rows": "rows",
+    "--seed": "seed",
+    "--budget": "budget",
+    "--no-budget": "budget=False",
+    "--dataset": "dataset",
+    "--input-format": "input_format",
+    "--output-format": "output_format",
+    "--columns": "columns",
+    "--bounds": "bounds",
+    "--integer": "integer",
+    "--schema": "schema",
+    "-k": "k",
+    "--delta": "delta",
+    "--method": "method",
+    "--row-norm": "row_norm",
+    "--units": "units",
+    "--order-by": "order_by",
+    "--checkpoints": "checkpoints",
+    "--state": "state",
+    "--input-mode": "input_mode",
+    "--allocation": "allocation",
+    "--release-at-end": "release_at_end",
+    "--row-counts-public": "row_counts_public",
+    "--from-report": "from_report",
+    "--out-dir": "out_dir",
+}
+PHRASES = {  # a flag with a word for its value (the pattern below joins numbers and quotes)
+    "--input-format parquet": "input_format='parquet'",
+    "--input-format csv": "input_format='csv'",
+}
+_BOUNDS = re.compile(r"--bounds '?([^'\s=]+)=LOWER:UPPER'?")
+_FLAG = re.compile(r"(?<![\w-])(--?[a-z][a-z-]*)(?![\w-])( (?=[0-9'\"(A-Z])\S+)?")
+
+
+def keyword_text(message: str) -> str:
+    """A command's message in the API's words: `--eps` -> `eps=`, `--dim 3` -> `dim=3`,
+    `--bounds COL=LOWER:UPPER` -> `bounds={'COL': (LOWER, UPPER)}`, and so on (`KEYWORDS`;
+    other flags, which the API has no keyword for, as they are)."""
+
+    def swap(match: re.Match[str]) -> str:
+        flag, value = match.group(1), match.group(2)
+        if flag not in KEYWORDS:
+            return match.group(0)
+        keyword = KEYWORDS[flag]
+        keyword += "" if "=" in keyword else "="
+        return keyword + (value[1:] if value else "")
+
+    for flag, keyword in PHRASES.items():
+        message = message.replace(flag, keyword)
+    message = _BOUNDS.sub(lambda m: f"bounds={{'{m.group(1)}': (LOWER, UPPER)}}", message)
+    return _FLAG.sub(swap, message)
+
+
+def _keywords(function: Callable[P, R]) -> Callable[P, R]:
+    """`function` with its errors' messages in the API's keywords (`keyword_text`)."""
+
+    @functools.wraps(function)
+    def wrapped(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return function(*args, **kwargs)
+        except DpsynthError as error:
+            error.args = (keyword_text(str(error)), *error.args[1:])
+            raise
+
+    return wrapped
 
 
 class DpsynthNotice(UserWarning):
@@ -51,6 +130,7 @@ class NotForRelease(UserWarning):
     """A seeded run: reproducible noise for tests and demos, NOT FOR RELEASE."""
 
 
+@_keywords
 def synthesize(
     data: DataInput,
     *,
@@ -114,6 +194,7 @@ def synthesize(
     return _as(table, output), public
 
 
+@_keywords
 def principal_components(
     data: DataInput,
     *,
@@ -180,6 +261,7 @@ def principal_components(
     return _as(table.replace_schema_metadata(runs.release_mark(seed)), output), public
 
 
+@_keywords
 def online_replay(
     data: DataInput,
     *,
@@ -261,6 +343,7 @@ def online_replay(
     return list(result.files), result.report
 
 
+@_keywords
 def evaluate_synthetic(
     real: DataInput,
     synthetic: DataInput,
@@ -293,6 +376,7 @@ def evaluate_synthetic(
     return result.report
 
 
+@_keywords
 def load_schema(path: str | os.PathLike) -> dict[str, Any]:
     """A schema file as the dict the functions' `schema=` takes (checked as `--schema` is)."""
     from dpsynth_cli.domain import load_constraints
@@ -305,6 +389,7 @@ def load_schema(path: str | os.PathLike) -> dict[str, Any]:
         return json.load(fh)
 
 
+@_keywords
 def budget_status(
     budget: str | os.PathLike | None = None, dataset: str | None = None
 ) -> list[dict[str, Any]]:
@@ -359,7 +444,9 @@ def _opened(
         raise UsageError("data must be a pandas DataFrame, an Arrow table or a path")
     path = os.fspath(data)
     fmt = io.detect_format(path, input_format)
-    with io.open_input(path, fmt, names) as read:
+    # a comma, as given: the API has no delimiter keyword to answer the command's
+    # "looks separated by ';'" (read such a file with pandas and pass the DataFrame)
+    with io.open_input(path, fmt, names, delimiter=",") as read:
         yield read, fmt == "parquet"
 
 
@@ -389,7 +476,7 @@ def _guard(
 def _seed_warning(seed: int | None) -> None:
     """A seed is a whole number >= 0 (as --seed); using one is warned about: NOT FOR RELEASE."""
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-        raise UsageError("--seed must be a whole number >= 0, e.g. seed=7")
+        raise UsageError("seed must be a whole number >= 0, e.g. seed=7")
     if seed is not None:
         warnings.warn(f"seed given: {NOT_FOR_RELEASE}", NotForRelease, stacklevel=3)
 

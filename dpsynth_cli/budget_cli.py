@@ -32,6 +32,18 @@ BudgetOpt = Annotated[
         f"{budget.FILE_NAME}).",
     ),
 ]
+# the budget commands' --budget: the file they read or change (not a run's release to record)
+BudgetFileOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--budget",
+        metavar="FILE",
+        show_default=False,
+        help="The privacy budget FILE to read or change (private: never publish it), e.g. "
+        f"--budget /var/lib/dpsynth/budget.json. Default: ${budget.ENV}, else $XDG_STATE_HOME/"
+        f"dpsynth/{budget.FILE_NAME} (~/.local/state/dpsynth/{budget.FILE_NAME}).",
+    ),
+]
 NoBudgetOpt = Annotated[
     bool,
     typer.Option(
@@ -140,7 +152,7 @@ def _file(path: str | None) -> BudgetFile:
 def show(
     name: Name = None,
     input: InputOpt = None,
-    path: BudgetOpt = None,
+    path: BudgetFileOpt = None,
     json_out: Annotated[
         bool, typer.Option("--json", help="Print JSON for scripts, e.g. --json | jq .")
     ] = False,
@@ -188,7 +200,7 @@ def set_total(
         ),
     ] = 0.0,
     input: InputOpt = None,
-    path: BudgetOpt = None,
+    path: BudgetFileOpt = None,
 ) -> None:
     """Declare DATASET's total: later runs that would pass it are refused (exit 3)."""
     dataset = _target(name, input, "set")
@@ -197,7 +209,7 @@ def set_total(
     typer.echo(f"{entry.label}: total eps {eps:g}; spent so far eps {float(spent):g}")
 
 
-def reset(name: Name = None, input: InputOpt = None, path: BudgetOpt = None) -> None:
+def reset(name: Name = None, input: InputOpt = None, path: BudgetFileOpt = None) -> None:
     """Forget DATASET's releases and total (e.g. for a new table under an old name)."""
     dataset = _target(name, input, "reset")
     entry = _file(path).reset(dataset)

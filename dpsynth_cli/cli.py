@@ -267,21 +267,38 @@ def synth(
                     cluster, result, plan, output, out_fmt, input, mark, extra, private, final
                 )
         else:
-            io.write_outputs(
-                (t.replace_schema_metadata(mark) for t in result.batches(read.batch_rows)),
-                output,
-                out_fmt,
-                input_path=input,
-                schema=result.domain.output_schema(mark),
-                extra=extra,
-                private=private,
-                final=report_file != "-",
-            )
+            with feedback.step("writing the synthetic rows"):
+                io.write_outputs(
+                    _shown(
+                        (t.replace_schema_metadata(mark) for t in result.batches(read.batch_rows)),
+                        feedback.counter("writing"),
+                        result.output_rows,
+                    ),
+                    output,
+                    out_fmt,
+                    input_path=input,
+                    schema=result.domain.output_schema(mark),
+                    extra=extra,
+                    private=private,
+                    final=report_file != "-",
+                )
     if report_file == "-":  # after the files: a reader of stdout may stop at any time
         io.write_text_stdout(report.dumps(public), final=True)
     elif report_file is None:
         feedback.notice(report.no_report_notice(output))
     feedback.summary(public, output, report_file)
+
+
+def _shown(
+    tables: Iterator[Any], show: Callable[[int, int], None] | None, total: int
+) -> Iterator[Any]:
+    """The output's batches, with the rows written so far in the status line (a terminal)."""
+    done = 0
+    for table in tables:
+        yield table
+        done += table.num_rows
+        if show is not None:
+            show(done, total)
 
 
 def _check_engine(engine: str, scheduler: str | None, input: str, output: str) -> None:
@@ -357,7 +374,8 @@ def _dry_run_plan(options: SynthOptions, declarations: Declared) -> dict[str, An
         else (schema_specs or {}).get(n, ColumnSpec(n, "float"))
         for n in names or []
     ]
-    budget = plan_budget(options, specs).to_json()
+    planned = plan_budget(options, specs)
+    budget = planned.to_json()
     if names is None:
         budget["note"] = (
             "columns are every column of a CSV header (parsed as numbers) or every numeric "
@@ -374,6 +392,16 @@ def _dry_run_plan(options: SynthOptions, declarations: Declared) -> dict[str, An
         "noise": "discrete Laplace, exact rational scales",
         **dim_plan(options.dim),
     }
+    if options.mechanism == "auto" and specs and plan["dim"] == "full":
+        # the rule applied to the declared columns: what auto picks, by the noisy count
+        from dpsynth_cli.domain import CONTINUOUS, LEVEL_KINDS
+        from dpsynth_cli.mechanisms import select
+
+        flags = sum(s.kind in CONTINUOUS and s.nullable for s in specs)
+        levels = flags > 0 or any(s.kind in LEVEL_KINDS for s in specs)
+        plan["auto_choice"] = select.planned(
+            len(specs) + flags, planned.mechanism, options.relation, levels, len(specs)
+        )
     if declarations.constraints:  # how each will be enforced; those on unchosen columns left out
         plan["constraints"] = describe(*choose(declarations.constraints, specs))
     return plan
@@ -446,6 +474,8 @@ def evaluate(
         ),
     ] = None,
     batch_rows: opt.BatchRows = None,
+    input_format: opt.InputFormat = None,
+    delimiter: opt.Delimiter = None,
     quiet: opt.Quiet = False,
 ) -> None:
     """Compare REAL and SYNTHETIC: W1 and per-column utility. NOT private: do not release."""
@@ -454,6 +484,7 @@ def evaluate(
     from dpsynth_cli.evaluate.summary import print_evaluation
 
     feedback = Feedback(quiet)
+    sep = io.delimiter_flag(delimiter)
     specs = None
     if from_report:
         specs = compare.specs_from_report(from_report)
@@ -462,14 +493,16 @@ def evaluate(
         declared = declare_columns(columns, schema, bounds)
     with contextlib.ExitStack() as inputs:
         with feedback.step("opening tables"):
-            real_fmt = io.detect_format(real, None)
+            real_fmt = io.detect_format(real, input_format)
             real_in = inputs.enter_context(
-                io.open_input(real, real_fmt, declared.names, batch_rows=batch_rows)
+                io.open_input(real, real_fmt, declared.names, batch_rows=batch_rows, delimiter=sep)
             )
 
         def open_synthetic(names: list[str]) -> io.InputSource:
-            fmt = io.detect_format(synthetic, None)
-            return inputs.enter_context(io.open_input(synthetic, fmt, names, batch_rows=batch_rows))
+            fmt = io.detect_format(synthetic, input_format)
+            return inputs.enter_context(
+                io.open_input(synthetic, fmt, names, batch_rows=batch_rows, delimiter=sep)
+            )
 
         result, specs, names = runs.compare_tables(
             real_in,

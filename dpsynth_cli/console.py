@@ -17,6 +17,15 @@ from rich.table import Table
 B = TypeVar("B")
 
 
+def time_left(rows: int, rate: float) -> str:
+    """The time `rows` more rows take at `rate` rows/s, in words: never "about 0 s" (under a
+    second is said so, and none left as done)."""
+    if rows <= 0:
+        return "done"
+    seconds = rows / max(rate, 1e-9)
+    return "under 1 s left" if seconds < 1 else f"about {seconds:,.0f} s left"
+
+
 class Feedback:
     """Progress, notices and the closing summary of one command."""
 
@@ -55,9 +64,13 @@ class Feedback:
                 rate = seen / max(time.monotonic() - start, 1e-9)
                 text = f"{what} (pass {count[0]}): {seen:,} rows, {rate:,.0f} rows/s"
                 if total:
-                    text += f", about {max(total - seen, 0) / rate:,.0f} s left"
+                    text += f", {time_left(total - seen, rate)}"
                 if self._status is not None:
                     self._status.update(text)
+            # the pass is over: what follows (figures, writing) is work the ETA does not count,
+            # so no "0 s left" stays up while it runs
+            if self._status is not None:
+                self._status.update(f"{what} (pass {count[0]}): all {seen:,} rows read; working")
 
         return counted
 
@@ -73,7 +86,7 @@ class Feedback:
             if self._status is not None:
                 self._status.update(
                     f"{what}: {done:,} of {total:,} rows, {rate:,.0f} rows/s, "
-                    f"about {max(total - done, 0) / max(rate, 1e-9):,.0f} s left"
+                    f"{time_left(total - done, rate)}"
                 )
 
         return show

@@ -222,8 +222,9 @@ DryRun = Annotated[
     bool,
     _opt(
         "--dry-run",
-        help="Print the plan (budget split, mechanism, depth rule) as JSON without reading "
-        "data values, e.g. --dry-run.",
+        help="Print the plan (budget split, mechanism, depth rule; with --mechanism auto on "
+        "declared columns, what auto picks by the noisy count) as JSON without reading data "
+        "values, e.g. --dry-run.",
     ),
 ]
 Json = Annotated[

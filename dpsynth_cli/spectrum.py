@@ -160,6 +160,13 @@ def explained_ratios(
     return [k / denom if a else None for k, a in zip(kept, signal.above, strict=True)], note
 
 
+SHOWN = 5  # components (and their values) named in the summary sentence
+
+
+def _numbers(components: list[int]) -> str:
+    return ", ".join(str(j + 1) for j in components)
+
+
 def summary(signal: SpectrumSignal, what: str, help_: Sequence[str]) -> str | None:
     """One plain sentence for stderr when some component cannot be told from noise, naming
     what would help; None when all can."""
@@ -167,24 +174,32 @@ def summary(signal: SpectrumSignal, what: str, help_: Sequence[str]) -> str | No
     if m == k:
         return None
     below = [j for j, a in enumerate(signal.above) if not a]
-    shown = [signal.values[j] for j in below if not math.isnan(signal.values[j])][:3]
+    # the components named and the values given are the same ones, in the same order (at most
+    # SHOWN of each, then how many more)
+    named = below[:SHOWN]
+    more = f" and {len(below) - SHOWN} more" if len(below) > SHOWN else ""
+    values = [signal.values[j] for j in named]
     if signal.forced is not None:
         why = signal.forced
-    elif not shown:
+    elif all(math.isnan(v) for v in values):
         why = "no estimate of their size is released"
     else:
-        many = len(shown) > 1
+        many = len(below) > 1
+        listed = ", ".join("n/a" if math.isnan(v) else f"{v:.3g}" for v in values)
+        released = (
+            f"released values {listed}{more and ', ...'} for components {_numbers(named)}{more}"
+            if many
+            else f"released value {listed}"
+        )
         why = (
-            f"released value{'s' if many else ''} {', '.join(f'{v:.3g}' for v in shown)} "
-            f"{'are' if many else 'is'} not above {max(signal.noise[j] for j in below):.3g}, "
-            "which the noise alone can reach"
+            f"{released} {'are' if many else 'is'} not above "
+            f"{max(signal.noise[j] for j in below):.3g}, which the noise alone can reach"
         )
     if m == 0:
         which = f"none of the {k} components" if k > 1 else "the component"
         rest = "they are" if k > 1 else "it is"
     else:
-        listed = ", ".join(str(j + 1) for j in below)
-        which = f"component{'s' if len(below) > 1 else ''} {listed} of {k}"
+        which = f"component{'s' if len(below) > 1 else ''} {_numbers(named)}{more} of {k}"
         rest = "they are" if len(below) > 1 else "it is"
     head = f"{what}: {which} {'can' if m == 0 and k > 1 else 'cannot'} be told from noise"
     return f"{head} ({why}); {rest} close to random. What would help: " + "; ".join(help_)

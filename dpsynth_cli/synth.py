@@ -460,6 +460,7 @@ def _synthesize(
         empty_floor=floor,
         eps_rows=float(budget.mechanism) * n_hat,
         rows_dropped=dropped_named,
+        level_columns=domain.level_columns,
     )
     dim_notices = lowdim.notices(run.description, options.dim.strip().lower())
     notices += weak_guarantee_notice(options.epsilon) + drop_notices + dim_notices

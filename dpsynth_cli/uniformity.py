@@ -7,6 +7,13 @@ released points in [0,1]^d, so it costs no privacy: a column counts as uniform w
 Kolmogorov-Smirnov distance of its synthetic values from U[0,1] is below what a uniform sample of
 that size shows with probability UNIFORM_LEVEL (an asymptotic critical value, c / sqrt(m)). Data
 that really are uniform on their bounds look the same: the notice says so.
+
+A boolean or category column is tested (the report lists it, and it counts towards "every
+column uniform") but never named alone in a notice: the mechanisms spread a level's mass
+uniformly over its slots, so its KS distance tests only whether the level shares equal the
+slots' widths. For two levels, whether the shares are 50/50 within 1.63/sqrt(rows): a balanced
+column (sex, a coin-flip treatment) and a faithful release of it pass, so the test is no
+evidence that the release lacks signal there.
 """
 
 from __future__ import annotations
@@ -66,6 +73,7 @@ def signal_block(
     empty_floor: int | None = None,
     eps_rows: float | None = None,
     rows_dropped: bool = False,
+    level_columns: tuple[int, ...] = (),
 ) -> tuple[dict[str, Any], list[str]]:
     """The report's `accuracy.signal` block and the notices for the user.
 
@@ -75,7 +83,8 @@ def signal_block(
     mechanism's epsilon times the noisy count, which says whether a release could have shown
     structure (`resolvable`) when every column came out uniform. `rows_dropped`: a released
     per-column dropped count named a column (`dropped_notices`): then a release that is mostly
-    noise is so because rows were dropped, not for want of --eps or rows."""
+    noise is so because rows were dropped, not for want of --eps or rows. `level_columns`
+    (boolean and category columns) are never named alone in the notice (module docstring)."""
     uniform = uniform_columns(points)
     vacuous = w1_bound is not None and w1_bound >= 1.0
     block: dict[str, Any] = {
@@ -123,8 +132,9 @@ def signal_block(
             "every synthetic column is uniform on its bounds; at this --eps and row count a "
             "release would show structure, so the data are probably close to uniform there too"
         ]
-    if uniform:
-        listed = ", ".join(f"'{names[j]}'" for j in uniform)
+    named = [j for j in uniform or [] if j not in level_columns]
+    if named:
+        listed = ", ".join(f"'{names[j]}'" for j in named)
         return block, [
             f"synthetic columns uniform on their bounds: {listed} (either the data are, or the "
             "release holds no signal there)"

@@ -117,7 +117,7 @@ def test_notices_are_warnings_and_errors_carry_the_commands_message(runner, smal
         dp.synthesize(small_csv, eps=1, columns=["nope"])
     assert bad.stderr.strip() == f"dpsynth: error: {raised.value}"
     assert raised.value.exit_code == bad.exit_code == 2
-    with pytest.raises(dp.UsageError, match="--seed must be a whole number"):
+    with pytest.raises(dp.UsageError, match="seed must be a whole number"):
         dp.synthesize(small_csv, eps=1, bounds=BOUNDS, seed=-1)
 
 

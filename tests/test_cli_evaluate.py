@@ -315,3 +315,79 @@ def test_a_directory_of_part_files_reads_as_one_table(runner, tmp_path, fmt):
         == json.loads(from_file.stdout)["w1_unit_cube"]
     )
     assert json.loads(from_parts.stdout)["rows"]["synthetic"] == 500
+
+
+def constant_tables(tmp_path, rows=200_000):
+    """A real table with two constant columns (c, k) among numbers, a synthetic one where they
+    vary: their correlations are undefined in the real table."""
+    rng = np.random.default_rng(5)
+    x = rng.random(rows)
+    real = pd.DataFrame({"x": x, "y": x * 0.5 + rng.random(rows) * 0.5, "c": 0.123, "k": 0.321})
+    synth = pd.DataFrame(
+        {
+            "x": rng.random(rows),
+            "y": rng.random(rows),
+            "c": rng.random(rows),
+            "k": rng.random(rows),
+        }
+    )
+    real.to_parquet(tmp_path / "real.parquet")
+    synth.to_parquet(tmp_path / "synth.parquet")
+    bounds = [a for n in "xyck" for a in ("--bounds", f"{n}=0:1")]
+    return tmp_path / "real.parquet", tmp_path / "synth.parquet", bounds
+
+
+def test_correlations_with_a_constant_column_are_left_out_and_said(runner, tmp_path):
+    """Issue 38 (6): a constant real column's correlations are undefined (no "real 1" leading the
+    correlation line): no error, out of the worst and the mean, and the summary says so."""
+    real, synth, bounds = constant_tables(tmp_path)
+    result = evaluate(runner, real, synth, *bounds, "--batch-rows", "7000", "--json")
+    assert result.exit_code == 0, result.output
+    corr = json.loads(result.stdout)["correlation"]
+    defined = [p for p in corr["pairs"] if p["error"] is not None]
+    assert [p["columns"] for p in defined] == [["x", "y"]]
+    assert corr["undefined_pairs"] == 5
+    assert corr["constant_columns"] == {"real": ["c", "k"], "synthetic": []}
+    assert all(p["real"] is None for p in corr["pairs"] if {"c", "k"} & set(p["columns"]))
+    text = evaluate(runner, real, synth, *bounds, "--batch-rows", "7000")
+    assert text.exit_code == 0, text.output
+    line = next(t for t in text.stdout.splitlines() if t.startswith("correlations"))
+    assert "for (x, y)" in line and "real 1," not in line
+    assert "5 pairs left out, correlation undefined (c, k constant in the real table)" in line
+
+
+def test_progress_never_says_0_s_left_while_evaluate_computes(runner, tmp_path, monkeypatch):
+    """Issue 38 (6): once a pass has read every row, the status line says so (the figures are
+    still being computed) instead of keeping "about 0 s left" up."""
+    import contextlib
+
+    from dpsynth_cli.console import Feedback
+
+    texts = []
+
+    class Status:
+        def update(self, text):
+            texts.append(text)
+
+    @contextlib.contextmanager
+    def step(self, what):
+        self._status = Status()
+        texts.append(what)
+        yield
+        self._status = None
+
+    init = Feedback.__init__
+
+    def interactive(self, quiet):
+        init(self, quiet)
+        self.interactive = True
+
+    monkeypatch.setattr(Feedback, "__init__", interactive)
+    monkeypatch.setattr(Feedback, "step", step)
+    real, synth = tables(tmp_path)
+    pd.read_csv(real).to_parquet(tmp_path / "real.parquet")
+    result = evaluate(runner, tmp_path / "real.parquet", synth, "--batch-rows", "100")
+    assert result.exit_code == 0, result.output
+    reading = [t for t in texts if "(pass" in t]
+    assert reading and not [t for t in reading if "0 s left" in t]
+    assert reading[-1].endswith("all 400 rows read; working")

@@ -272,5 +272,6 @@ def test_progress_counts_rows_per_pass_on_a_terminal_and_is_silent_otherwise() -
     assert sum(b.num_rows for b in wrapped()) == 250
     assert sum(b.num_rows for b in wrapped()) == 250
     texts = Status.texts
-    assert "(pass 1): 250 rows" in texts[2] and "(pass 2): 100 rows" in texts[3]
-    assert all("rows/s" in t and "left" in t for t in texts)
+    assert "(pass 1): 250 rows" in texts[2] and "(pass 2): 100 rows" in texts[4]
+    assert all("rows/s" in t and "left" in t for t in texts[:2])
+    assert "(pass 1): all 250 rows read; working" in texts[3]  # not "about 0 s left"

@@ -38,7 +38,8 @@ DEFINITIONS = {
     "their public bounds, levels by name, a nullable column's missing as its own bin",
     "correlation": "Pearson correlation of each pair of numeric (float, integer, date, "
     "datetime) columns on the 0-1 scale of their public bounds, over rows where both are "
-    "present; error = |real - synthetic|",
+    "present; error = |real - synthetic|; undefined (null, left out of the worst and the mean, "
+    "counted in undefined_pairs) where a column is constant in a table",
 }
 # a variance on the 0-1 scale below this is rounding (sums of centred values): a constant column
 CONSTANT = 1e-15
@@ -109,6 +110,10 @@ class PairCounts:
         k = len(self.numeric)
         # count[a, b]: rows where a and b are present; sx[a, b]: sum of a over them; sxx: of a^2
         self.count, self.sx, self.sxx, self.sxy = (np.zeros((k, k)) for _ in range(4))
+        # each numeric column's smallest and largest present value on the 0-1 scale: a column
+        # whose present values are all equal is constant, its correlations undefined (exactly,
+        # where the variance from the sums is rounding that CONSTANT may not catch)
+        self.low, self.high = np.full(k, np.inf), np.full(k, -np.inf)
 
     def add(self, X: np.ndarray) -> None:
         """Count rows of value codes in original units (`domain.value_matrix`)."""
@@ -129,6 +134,8 @@ class PairCounts:
             [~missing_mask(X[:, j], self.specs[j]) for j in self.numeric]
         ).astype(np.float64)
         unit = np.column_stack([unit_values(X[:, j], self.specs[j]) for j in self.numeric])
+        self.low = np.fmin(self.low, np.where(present > 0, unit, np.inf).min(axis=0))
+        self.high = np.fmax(self.high, np.where(present > 0, unit, -np.inf).max(axis=0))
         unit = (unit - 0.5) * present  # centred; 0 where missing, so products count both present
         self.count += present.T @ present
         self.sx += unit.T @ present
@@ -144,6 +151,7 @@ class PairCounts:
             self.two[key] += other.two[key]
         for name in ("count", "sx", "sxx", "sxy"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.low, self.high = np.fmin(self.low, other.low), np.fmax(self.high, other.high)
         return self
 
     def correlation(self) -> np.ndarray:
@@ -157,6 +165,9 @@ class PairCounts:
             var_b = self.sxx.T / n - mean_b**2
             r = np.clip(cov / np.sqrt(var_a * var_b), -1.0, 1.0)
         r[(var_a <= CONSTANT) | (var_b <= CONSTANT)] = np.nan  # a constant column: undefined
+        constant = self.high <= self.low  # every present value equal (or none present)
+        r[constant, :] = np.nan
+        r[:, constant] = np.nan
         np.fill_diagonal(r, 1.0)
         return r
 
@@ -278,6 +289,11 @@ def _correlation(real: PairCounts, synth: PairCounts) -> dict[str, Any] | None:
     ]
     pairs.sort(key=lambda p: -math.inf if p["error"] is None else -p["error"])
     finite = [p["error"] for p in pairs if p["error"] is not None]
+    undefined = [p for p in pairs if p["error"] is None]
+    constant = {
+        side: [names[j] for j in range(len(names)) if t.high[j] <= t.low[j]]
+        for side, t in (("real", real), ("synthetic", synth))
+    }
     return {
         "columns": names,
         "real": _matrix(r),
@@ -285,6 +301,10 @@ def _correlation(real: PairCounts, synth: PairCounts) -> dict[str, Any] | None:
         "difference": _matrix(diff),
         "max_abs_difference": max(finite) if finite else None,
         "pairs": pairs,
+        # pairs whose correlation is undefined in a table (a constant column there, or never
+        # present together): no error, left out of the worst and the mean, listed last
+        "undefined_pairs": len(undefined),
+        "constant_columns": constant,
     }
 
 

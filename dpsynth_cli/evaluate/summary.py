@@ -84,15 +84,19 @@ def _figure_lines(result: dict[str, Any]) -> list[str]:
             f"bounds): worst {named}; mean {_fmt(summary['pair_tvd']['mean'])} over "
             f"{len(pairs)} pairs"
         )
-    corr = [p for p in (result["correlation"] or {}).get("pairs", []) if p["error"] is not None]
+    correlation = result["correlation"] or {}
+    corr = [p for p in correlation.get("pairs", []) if p["error"] is not None]
+    left_out = _undefined_text(correlation)
     if corr:
         worst = corr[0]
         lines.append(
             f"correlations of numeric columns: largest difference {_fmt(worst['error'])} for "
             f"{_pair(worst['columns'])} (real {_fmt(worst['real'])}, synthetic "
             f"{_fmt(worst['synthetic'])}); mean difference "
-            f"{_fmt(summary['correlation_error']['mean'])}"
+            f"{_fmt(summary['correlation_error']['mean'])}" + (f"; {left_out}" if left_out else "")
         )
+    elif left_out:
+        lines.append(f"correlations of numeric columns: none defined; {left_out}")
     lines.append(
         "whole table, W1 on the 0-1 cube (distance: the largest gap in any column): "
         + _describe_w1(result["w1_unit_cube"])
@@ -109,6 +113,27 @@ def _figure_lines(result: dict[str, Any]) -> list[str]:
             "the JSON report (--json) has the ranges"
         )
     return lines
+
+
+def _undefined_text(correlation: dict[str, Any]) -> str:
+    """The pairs left out of the correlation figures (undefined: a constant column), said."""
+    count = correlation.get("undefined_pairs", 0)
+    if not count:
+        return ""
+    constant = correlation.get("constant_columns", {})
+    named = [
+        f"{_names(constant[side])} constant in the {side} table"
+        for side in ("real", "synthetic")
+        if constant.get(side)
+    ]
+    why = f" ({'; '.join(named)})" if named else ""
+    plural = "pair" if count == 1 else "pairs"
+    return f"{count} {plural} left out, correlation undefined{why}"
+
+
+def _names(names: list[str], shown: int = 4) -> str:
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
 
 
 def _pair(columns: list[str]) -> str:

@@ -79,6 +79,13 @@ class _CsvFeed(pyio.RawIOBase):
         self._cutter: tuple[_CsvScan, int] | None = None  # looking for the bad record's end
         self.bad_utf8 = False
         self.unterminated = False
+        self._stopped = False
+
+    def stop(self) -> None:
+        """The reader is done with the feed: reads return nothing from now on, so pyarrow's
+        read-ahead (in its IO threads, calling into Python) ends at once, not blocks later
+        while the command may be ending."""
+        self._stopped = True
 
     @property
     def problem(self) -> bool:
@@ -90,6 +97,8 @@ class _CsvFeed(pyio.RawIOBase):
     def read(self, n: int = -1) -> bytes:
         """`n` bytes (fewer only at the end): pyarrow's blocks are then all `block` bytes, so
         a record up to that long is always whole in one block or two adjacent ones."""
+        if self._stopped:
+            return b""
         parts: list[bytes | memoryview] = []
         want = (1 << 62) if n is None or n < 0 else n
         while want > 0:
@@ -180,6 +189,40 @@ def _masked_from(data: bytes, start: int) -> bytes:
     return masked.tobytes()
 
 
+PARQUET_MAGIC = b"PAR1"
+# separators a header read with commas may hold instead (the hint of _refuse_other_separator)
+OTHER_SEPARATORS = ((";", "';'"), ("\t", "tab"), ("|", "'|'"))
+
+
+def _refuse_other_separator(names: list[str], name: str) -> None:
+    """A header read with commas that is one field holding ';' (a tab, '|') is most likely a
+    file separated by it: refused with the --delimiter to give. Decided from the header line
+    alone (column names are structure, public), never from data rows; --delimiter ',' reads
+    such a file as one column."""
+    if len(names) != 1:
+        return
+    for sep, flag in OTHER_SEPARATORS:
+        if sep in names[0]:
+            shown = "a tab" if sep == "\t" else f"'{sep}'"
+            raise UsageError(
+                f"{name} looks separated by {shown} (its header is one field holding "
+                f"{shown}): add --delimiter {flag} (or --delimiter ',' to read it as one column)"
+            )
+
+
+def _first_line(data: bytes) -> bytes | None:
+    """The first record of `data` with its line end, when no quote can hide a line end in it
+    (structure only); None otherwise (the full reader decides)."""
+    ends = [i for i in (data.find(b"\n"), data.find(b"\r")) if i >= 0]
+    if not ends:
+        return None
+    end = min(ends)
+    if b'"' in data[:end]:
+        return None
+    end += 2 if data[end : end + 2] == b"\r\n" else 1
+    return data[:end]
+
+
 class _CsvSource(InputSource):
     """A CSV input read with pyarrow's streaming reader (all columns as text)."""
 
@@ -190,6 +233,8 @@ class _CsvSource(InputSource):
         header: bool,
         batch_rows: int | None,
         delimiter: str = ",",
+        *,
+        guess: bool = False,
     ) -> None:
         super().__init__(data.spool)
         self._data, self.name, self._header = data, data.name, header
@@ -198,7 +243,10 @@ class _CsvSource(InputSource):
         # fields per record, for the field limit: the header's (counted as it is read) or, with
         # --no-header, the columns named
         self._fields = None if header or columns is None else len(columns)
+        self._refuse_parquet()
         names = self._first_names()
+        if header and guess and columns is None:
+            _refuse_other_separator(names, self.name)
         if header:
             if all(_NUMBER.fullmatch(n.strip()) for n in names):
                 raise DataError(
@@ -238,24 +286,27 @@ class _CsvSource(InputSource):
             )
             names = None if self._header else self.all_columns
             reader, failed = self._reader(feed, invalid, convert, names), False
-            out = _Rebatch(self.batch_rows)
-            held: pa.RecordBatch | None = None  # passed on once the next block parsed cleanly
-            while reader is not None:
-                try:
-                    batch = reader.read_next_batch()
-                except StopIteration:
-                    break
-                except (pa.ArrowException, ValueError):
-                    failed = True
-                    break
+            try:
+                out = _Rebatch(self.batch_rows)
+                held: pa.RecordBatch | None = None  # passed on once the next block parsed cleanly
+                while reader is not None:
+                    try:
+                        batch = reader.read_next_batch()
+                    except StopIteration:
+                        break
+                    except (pa.ArrowException, ValueError):
+                        failed = True
+                        break
+                    if held is not None:
+                        yield from out.add(held)
+                    held = batch
+                if reader is None or failed or feed.problem:
+                    raise self._explain(invalid, failed=reader is None or failed)
                 if held is not None:
                     yield from out.add(held)
-                held = batch
-            if reader is None or failed or feed.problem:
-                raise self._explain(invalid, failed=reader is None or failed)
-            if held is not None:
-                yield from out.add(held)
-            yield from out.rest()
+                yield from out.rest()
+            finally:  # a pass left early (an error, a caller that stops): no read-ahead goes on
+                feed.stop()
 
     def _reader(
         self,
@@ -293,6 +344,16 @@ class _CsvSource(InputSource):
         except (pa.ArrowException, ValueError):  # pyarrow's text may hold data: never shown
             return None
 
+    def _refuse_parquet(self) -> None:
+        """A Parquet file read as CSV (e.g. named .csv): its first bytes are Parquet's magic
+        (structure, not data), which would otherwise be reported as invalid UTF-8."""
+        with self._data.open() as raw:
+            start = raw.read(len(PARQUET_MAGIC))
+        if start == PARQUET_MAGIC:
+            raise DataError(
+                f"{self.name} looks like a Parquet file: use --input-format parquet or rename it"
+            )
+
     def _first_names(self) -> list[str]:
         """The header's names (or, without a header, one name per field of the first record).
 
@@ -303,17 +364,34 @@ class _CsvSource(InputSource):
             feed = _CsvFeed(
                 _CsvBlocks(raw, self.name, self._block), self._block, self._fields, self._sep
             )
-            reader = self._reader(feed, [], None)
-            names = None
-            if reader is not None:
-                with contextlib.suppress(pa.ArrowException, ValueError):
-                    names = list(reader.schema.names)
-                with contextlib.suppress(pa.ArrowException, ValueError):
-                    reader.close()
-        if names is None or feed.problem:
+            line = _first_line(feed.read(self._block))  # what pyarrow's first block holds
+        problem = feed.problem
+        if line is not None:
+            # pyarrow parses the first record from memory: a reader over the feed would read
+            # ahead in pyarrow's IO threads, still calling into Python while the command ends
+            # ("terminate called without an active exception" at exit, e.g. `schema draft`)
+            names = self._names_from(pa.BufferReader(line))
+        else:  # a quote in the first line, or no line end in the first block: the full reader
+            with self._data.open() as raw:
+                feed = _CsvFeed(
+                    _CsvBlocks(raw, self.name, self._block), self._block, self._fields, self._sep
+                )
+                names = self._names_from(feed)
+                feed.stop()
+                problem = feed.problem
+        if names is None or problem:
             self._check_structure()
         if names is None:
             raise DataError(f"cannot parse the header line of {self.name}")
+        return names
+
+    def _names_from(self, source: Any) -> list[str] | None:
+        reader, names = self._reader(source, [], None), None
+        if reader is not None:
+            with contextlib.suppress(pa.ArrowException, ValueError):
+                names = list(reader.schema.names)
+            with contextlib.suppress(pa.ArrowException, ValueError):
+                reader.close()
         return names
 
     def _check_structure(self) -> None:
@@ -331,6 +409,7 @@ class _CsvSource(InputSource):
                         pass
                 except (pa.ArrowException, ValueError):
                     failed = True
+            feed.stop()
         if reader is None or failed or feed.problem:
             raise self._explain(invalid, failed=reader is None or failed)
 

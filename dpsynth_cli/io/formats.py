@@ -125,19 +125,21 @@ def check_delimiter(delimiter: str, fmt: str = "csv") -> str:
     return delimiter
 
 
-def check_decimal(decimal: str, delimiter: str, fmt: str = "csv") -> None:
-    """A decimal comma cannot be read from a CSV whose fields a comma separates."""
-    if decimal == "," and delimiter == "," and fmt == "csv":
+def check_decimal(decimal: str, delimiter: str | None, fmt: str = "csv") -> None:
+    """A decimal comma cannot be read from a CSV whose fields a comma separates (the default
+    when --delimiter is not given)."""
+    if decimal == "," and delimiter in (",", None) and fmt == "csv":
         raise UsageError(
             'a decimal comma (--decimal , or the schema\'s "decimal") needs another field '
             "delimiter: give --delimiter ';' (or the file's own)"
         )
 
 
-def delimiter_flag(text: str | None) -> str:
-    """The --delimiter value as a character: 'tab' and '\\t' mean a tab; default a comma."""
+def delimiter_flag(text: str | None) -> str | None:
+    """The --delimiter value as a character: 'tab' and '\\t' mean a tab; None when not given
+    (`open_input` reads a comma, and says when the header looks separated by another)."""
     if text is None:
-        return ","
+        return None
     return "\t" if text.strip().lower() in ("tab", "\\t") else text
 
 

@@ -43,7 +43,7 @@ def open_input(
     *,
     header: bool = True,
     batch_rows: int | None = None,
-    delimiter: str = ",",
+    delimiter: str | None = None,
 ) -> InputSource:
     """Open `path` ("-" = stdin) as `fmt` for reading in passes, only `columns` if given.
 
@@ -54,7 +54,10 @@ def open_input(
     skipped; a header-only CSV has 0 rows. `header=False` reads a CSV without a header line:
     `columns` then names every field in order. `batch_rows` defaults to
     `default_batch_rows(number of columns)`. `delimiter` separates a CSV's fields (one ASCII
-    character). Compressed bytes are recognised by their extension, or by gzip's or zstd's
+    character; None: a comma, and a header that is one field holding ';', a tab or '|' is
+    refused with the --delimiter to give, decided from the header line alone). A file that
+    starts with Parquet's magic bytes read as CSV is refused as such. Compressed bytes are
+    recognised by their extension, or by gzip's or zstd's
     magic bytes (a stream on stdin has no extension; neither can start UTF-8 text).
 
     stdin and other non-regular files (pipes such as <(zcat ...)) are copied once into an
@@ -72,7 +75,8 @@ def open_input(
         raise UsageError("--no-header is for CSV input and needs --columns naming every field")
     if batch_rows is not None and batch_rows < 1:
         raise UsageError("--batch-rows must be at least 1")
-    check_delimiter(delimiter, fmt)
+    guess = delimiter is None  # not given: a comma, and a one-field header is looked at
+    delimiter = check_delimiter("," if delimiter is None else delimiter, fmt)
     if fmt == "parquet" and path != STDIO and os.path.isdir(path):
         files = parquet_files(path)
         if not files:
@@ -86,7 +90,12 @@ def open_input(
             path,
             [
                 open_input(
-                    f, fmt, columns, header=header, batch_rows=batch_rows, delimiter=delimiter
+                    f,
+                    fmt,
+                    columns,
+                    header=header,
+                    batch_rows=batch_rows,
+                    delimiter=None if guess else delimiter,
                 )
                 for f in files
             ],
@@ -103,7 +112,7 @@ def open_input(
             codec = _sniffed_codec(spool, path)
         if fmt == "csv":
             data = _ByteSource(name, path, spool, codec)
-            return _CsvSource(data, columns, header, batch_rows, delimiter)
+            return _CsvSource(data, columns, header, batch_rows, delimiter, guess=guess)
         if spool is not None and codec is not None:  # Parquet needs random access: spool it plain
             spool = spool.decompressed(codec, name)
         if spool is not None and spool.size == 0:

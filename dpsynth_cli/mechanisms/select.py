@@ -37,6 +37,7 @@ total would not follow the noisy count), privtree halves at most its depth (<= 6
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -105,6 +106,34 @@ def choose(
     if levels:
         return "privtree"
     return "privtree" if scale >= PRIVTREE_FROM.get(d, PRIVTREE_FROM_DEFAULT) else "hierarchy"
+
+
+def planned(d: int, epsilon: Fraction, relation: str, levels: bool, columns: int) -> str:
+    """What `choose` will pick for these public facts, by the noisy count still to come (the
+    `--dry-run` plan's words: the rule applied to the declared columns)."""
+    per_row = float(epsilon) / histogram_sensitivity(relation)  # eps / sensitivity
+    if per_row <= 0:
+        return "no rows can be synthesised without a mechanism epsilon"
+    kinds = (
+        "with level columns (boolean, category or nullable float/datetime)"
+        if levels
+        else ("of numbers only")
+    )
+    head = f"auto on {'these ' + str(columns) + ' columns' if columns != 1 else 'this column'} "
+    head += f"{kinds}: "
+    if levels:
+        below = "privtree"
+    else:
+        start = PRIVTREE_FROM.get(d, PRIVTREE_FROM_DEFAULT)
+        if start == float("inf"):
+            below = "hierarchy"
+        else:
+            rows = math.ceil(start / per_row)
+            below = f"privtree from a noisy count of {rows:,} rows, hierarchy below"
+    if MARGINALS_FROM_COLUMNS <= columns <= pairs.MAX_COLUMNS:
+        rows = math.ceil(MARGINALS_SIGNAL * columns / per_row)
+        return head + f"marginals from a noisy count of {rows:,} rows; below it {below}"
+    return head + below
 
 
 def candidates(d: int, levels: bool, columns: int) -> tuple[str, ...]:
