@@ -184,7 +184,7 @@ EXAMPLES = (
     "dpsynth online-replay stream.parquet --eps 1 --order-by time --schema s.json "
     "--out-dir releases/",
     "dpsynth online-replay sales.csv --eps 1 --order-by day --bounds amount=0:1000 "
-    "--checkpoints every:10000 --state ~/.dpsynth/sales --out-dir releases/ --quiet",
+    "--checkpoints every:10000 --state ~/.dpsynth/sales --out-dir sales-releases/ --quiet",
 )
 
 
