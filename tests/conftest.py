@@ -39,3 +39,35 @@ def private_budget(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     monkeypatch.setenv("XDG_STATE_HOME", str(home))
     monkeypatch.setenv("DPSYNTH_BUDGET", str(home / "budget.json"))
     return home / "budget.json"
+
+
+@pytest.fixture
+def status_texts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """What a command's status line would show on a terminal: each step's name and every
+    update, recorded in order (the console made interactive, its live display replaced)."""
+    import contextlib
+
+    from dpsynth_cli.console import Feedback
+
+    texts: list[str] = []
+
+    class Status:
+        def update(self, text: str) -> None:
+            texts.append(text)
+
+    @contextlib.contextmanager
+    def step(self, what):
+        self._status = Status()
+        texts.append(what)
+        yield
+        self._status = None
+
+    init = Feedback.__init__
+
+    def interactive(self, quiet):
+        init(self, quiet)
+        self.interactive = True
+
+    monkeypatch.setattr(Feedback, "__init__", interactive)
+    monkeypatch.setattr(Feedback, "step", step)
+    return texts

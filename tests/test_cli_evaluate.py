@@ -356,34 +356,10 @@ def test_correlations_with_a_constant_column_are_left_out_and_said(runner, tmp_p
     assert "5 pairs left out, correlation undefined (c, k constant in the real table)" in line
 
 
-def test_progress_never_says_0_s_left_while_evaluate_computes(runner, tmp_path, monkeypatch):
+def test_progress_never_says_0_s_left_while_evaluate_computes(runner, tmp_path, status_texts):
     """Issue 38 (6): once a pass has read every row, the status line says so (the figures are
     still being computed) instead of keeping "about 0 s left" up."""
-    import contextlib
-
-    from dpsynth_cli.console import Feedback
-
-    texts = []
-
-    class Status:
-        def update(self, text):
-            texts.append(text)
-
-    @contextlib.contextmanager
-    def step(self, what):
-        self._status = Status()
-        texts.append(what)
-        yield
-        self._status = None
-
-    init = Feedback.__init__
-
-    def interactive(self, quiet):
-        init(self, quiet)
-        self.interactive = True
-
-    monkeypatch.setattr(Feedback, "__init__", interactive)
-    monkeypatch.setattr(Feedback, "step", step)
+    texts = status_texts
     real, synth = tables(tmp_path)
     pd.read_csv(real).to_parquet(tmp_path / "real.parquet")
     result = evaluate(runner, tmp_path / "real.parquet", synth, "--batch-rows", "100")

@@ -250,34 +250,12 @@ def test_schema_draft_into_a_closed_pipe_is_quiet(tmp_path):
         assert len(done.stdout) == 10
 
 
-def test_synth_shows_progress_while_writing(runner, tmp_path, monkeypatch):
+def test_synth_shows_progress_while_writing(runner, tmp_path, monkeypatch, status_texts):
     """The write phase (seconds at millions of rows) has its own status line with the rows
     written so far, on a terminal (before: nothing after 'synthesising')."""
-    import contextlib
-
     from dpsynth_cli.console import Feedback
 
-    texts = []
-
-    class Status:
-        def update(self, text):
-            texts.append(text)
-
-    @contextlib.contextmanager
-    def step(self, what):
-        self._status = Status()
-        texts.append(what)
-        yield
-        self._status = None
-
-    init = Feedback.__init__
-
-    def interactive(self, quiet):
-        init(self, quiet)
-        self.interactive = True
-
-    monkeypatch.setattr(Feedback, "__init__", interactive)
-    monkeypatch.setattr(Feedback, "step", step)
+    texts = status_texts
     monkeypatch.setattr(Feedback, "summary", lambda *args: None)
     data = tmp_path / "d.csv"
     pd.DataFrame({"a": [i % 10 for i in range(3000)]}).to_csv(data, index=False)
