@@ -38,6 +38,7 @@ def test_translated_copy_has_w1_equal_to_the_shift(runner, tmp_path):
     assert report["per_column"]["x"]["mean"]["difference"] == pytest.approx(0.1)
     assert report["rows"] == {"real": 400, "synthetic": 400}
     assert report["correlation"]["max_abs_difference"] == pytest.approx(0, abs=1e-9)
+    assert "cycles" not in report["per_column"]["x"]  # a number has no calendar
 
 
 def test_summary_table_on_stdout_says_not_private(runner, tmp_path):
@@ -367,3 +368,105 @@ def test_progress_never_says_0_s_left_while_evaluate_computes(runner, tmp_path, 
     reading = [t for t in texts if "(pass" in t]
     assert reading and not [t for t in reading if "0 s left" in t]
     assert reading[-1].endswith("all 400 rows read; working")
+
+
+def cycle_tables(tmp_path, real_times, synth_times, declared):
+    """Real and synthetic CSVs of one column `t` and a schema declaring it."""
+    pd.DataFrame({"t": real_times}).to_csv(tmp_path / "real.csv", index=False)
+    pd.DataFrame({"t": synth_times}).to_csv(tmp_path / "synth.csv", index=False)
+    (tmp_path / "s.json").write_text(json.dumps({"columns": {"t": declared}}))
+    return tmp_path / "real.csv", tmp_path / "synth.csv", ["--schema", tmp_path / "s.json"]
+
+
+DAY_TIMES = {"type": "datetime", "lower": "2021-01-01T00:00:00", "upper": "2022-01-01T00:00:00"}
+TWO_WEEKS = pd.date_range("2021-01-04", periods=14, freq="D")  # Monday 4 to Sunday 17 January
+
+
+def stamps(hours, days=TWO_WEEKS, minute=30):
+    return [
+        (d + pd.Timedelta(hours=h, minutes=minute)).strftime("%Y-%m-%dT%H:%M:%S")
+        for d in days
+        for h in hours
+    ]
+
+
+@pytest.mark.parametrize("batch_rows", [None, "13"])
+def test_a_lost_daily_cycle_has_a_large_hour_of_day_tvd(runner, tmp_path, batch_rows):
+    """Issue 36: events all between 08:00 and 18:00 against events spread over the day: the
+    hour-of-day TVD is exactly 1/2 (10 x |1/10 - 1/24| + 14 x 1/24) = 7/12; the same days in
+    both, so weekday and month agree; the same figures whether the tables are read whole or
+    streamed in batches."""
+    real, synth, schema = cycle_tables(tmp_path, stamps(range(8, 18)), stamps(range(24)), DAY_TIMES)
+    rows = ["--batch-rows", batch_rows] if batch_rows else []
+    result = evaluate(runner, real, synth, *schema, *rows, "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    cycles = report["per_column"]["t"]["cycles"]
+    assert cycles["hour_of_day_tvd"] == pytest.approx(7 / 12, abs=1e-12)
+    assert cycles["weekday_tvd"] == pytest.approx(0, abs=1e-12)
+    assert cycles["month_tvd"] == pytest.approx(0, abs=1e-12)
+    assert report["column_errors"]["t"]["cycles"] == cycles
+    assert "hour of day" in report["definitions"]["cycles"]
+    text = evaluate(runner, real, synth, *schema, *rows)
+    assert text.exit_code == 0, text.output
+    line = next(t for t in text.stdout.splitlines() if t.startswith("calendar cycles of t"))
+    assert "hour of day 0.5833, weekday 0, month 0" in line
+
+
+def test_an_identical_copy_has_no_cycle_error(runner, tmp_path):
+    times = stamps(range(8, 18))
+    real, synth, schema = cycle_tables(tmp_path, times, times, DAY_TIMES)
+    result = evaluate(runner, real, synth, *schema, "--json")
+    assert result.exit_code == 0, result.output
+    cycles = json.loads(result.stdout)["per_column"]["t"]["cycles"]
+    assert cycles == {"hour_of_day_tvd": 0.0, "weekday_tvd": 0.0, "month_tvd": 0.0}
+
+
+def test_a_zoned_column_is_counted_on_its_own_wall_clock(runner, tmp_path):
+    """Europe/Paris: 09:30 in January (08:30 UTC) and 09:30 in July (07:30 UTC) are the same
+    hour of day on the column's clock, so a real January and a synthetic July at 09:30 agree
+    (TVD 0; counted in UTC they would not: TVD 1); the same weekdays, months apart."""
+    july = pd.date_range("2021-07-05", periods=14, freq="D")  # Monday 5 to Sunday 18 July
+    zoned = {**DAY_TIMES, "timezone": "Europe/Paris"}
+    winter = stamps([9], TWO_WEEKS)
+    # the synthetic table written as UTC instants, as a zoned column may be
+    summer = [f"{d:%Y-%m-%d}T07:30:00Z" for d in july]
+    real, synth, schema = cycle_tables(tmp_path, winter, summer, zoned)
+    result = evaluate(runner, real, synth, *schema, "--json")
+    assert result.exit_code == 0, result.output
+    cycles = json.loads(result.stdout)["per_column"]["t"]["cycles"]
+    assert cycles == {"hour_of_day_tvd": 0.0, "weekday_tvd": 0.0, "month_tvd": 1.0}
+    text = evaluate(runner, real, synth, *schema)
+    assert "calendar cycles of t (TVD of shares, wall clock in Europe/Paris)" in text.stdout
+
+
+def test_a_zoned_column_late_at_night_keeps_its_own_weekday(runner, tmp_path):
+    """00:30 on a Monday in Paris is Sunday 23:30 UTC: a real table on Mondays at 00:30 Paris
+    time against a synthetic one on Mondays at 00:30 UTC (01:30 Paris): same weekday, hour
+    apart."""
+    zoned = {**DAY_TIMES, "timezone": "Europe/Paris"}
+    mondays = pd.date_range("2021-01-04", periods=4, freq="7D")
+    real_times = stamps([0], mondays)
+    synth_times = [f"{d:%Y-%m-%d}T00:30:00Z" for d in mondays]
+    real, synth, schema = cycle_tables(tmp_path, real_times, synth_times, zoned)
+    result = evaluate(runner, real, synth, *schema, "--json")
+    assert result.exit_code == 0, result.output
+    cycles = json.loads(result.stdout)["per_column"]["t"]["cycles"]
+    assert cycles == {"hour_of_day_tvd": 1.0, "weekday_tvd": 0.0, "month_tvd": 0.0}
+
+
+def test_a_date_column_reports_its_weekday_tvd(runner, tmp_path):
+    """Weekdays only (Monday to Friday) against every day of the week: weekday TVD
+    1/2 (5 x (1/5 - 1/7) + 2 x 1/7) = 2/7; no hour of day for a date."""
+    days = pd.date_range("2021-01-04", periods=28, freq="D")
+    weekdays = [f"{d:%Y-%m-%d}" for d in days if d.weekday() < 5]
+    every = [f"{d:%Y-%m-%d}" for d in days]
+    declared = {"type": "date", "lower": "2021-01-01", "upper": "2021-12-31"}
+    real, synth, schema = cycle_tables(tmp_path, weekdays, every, declared)
+    result = evaluate(runner, real, synth, *schema, "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    cycles = report["per_column"]["t"]["cycles"]
+    assert set(cycles) == {"weekday_tvd", "month_tvd"}
+    assert cycles["weekday_tvd"] == pytest.approx(2 / 7, abs=1e-12)
+    assert cycles["month_tvd"] == pytest.approx(0, abs=1e-12)

@@ -325,11 +325,12 @@ def _batches(data: TableData) -> Iterable[pa.Table | pa.RecordBatch]:
 
 def _with_levels(columns: dict[str, Any], errors: dict[str, Any]) -> dict[str, Any]:
     """Boolean / category columns: their TVD and level shares by name, in place of statistics
-    of their codes (a level's code is no number); the others as they are."""
+    of their codes (a level's code is no number); the others as they are, a date or datetime
+    column's with its calendar cycles' TVDs (`cycles`)."""
     return {
         name: {"tvd": errors[name]["error"], "levels": errors[name]["levels"]}
         if errors[name]["measure"] == "tvd"
-        else c
+        else c | ({"cycles": errors[name]["cycles"]} if "cycles" in errors[name] else {})
         for name, c in columns.items()
     }
 

@@ -26,6 +26,8 @@ import pyarrow as pa
 
 from dpsynth_cli.domain import DISCRETE, LEVEL_KINDS, ColumnSpec, value_matrix
 from dpsynth_cli.evaluate.categorical import MISSING
+from dpsynth_cli.evaluate.cycles import DEFINITION as CYCLES_DEFINITION
+from dpsynth_cli.evaluate.cycles import CycleCounts
 from dpsynth_cli.evaluate.w1 import w1_1d
 
 BINS = 16  # equal-width bins of a numeric column's public bounds in the 2-way histograms
@@ -40,6 +42,7 @@ DEFINITIONS = {
     "datetime) columns on the 0-1 scale of their public bounds, over rows where both are "
     "present; error = |real - synthetic|; undefined (null, left out of the worst and the mean, "
     "counted in undefined_pairs) where a column is constant in a table",
+    "cycles": CYCLES_DEFINITION,
 }
 # a variance on the 0-1 scale below this is rounding (sums of centred values): a constant column
 CONSTANT = 1e-15
@@ -114,6 +117,7 @@ class PairCounts:
         # whose present values are all equal is constant, its correlations undefined (exactly,
         # where the variance from the sums is rounding that CONSTANT may not catch)
         self.low, self.high = np.full(k, np.inf), np.full(k, -np.inf)
+        self.cycles = CycleCounts(self.specs)  # date / datetime columns' hours, weekdays, months
 
     def add(self, X: np.ndarray) -> None:
         """Count rows of value codes in original units (`domain.value_matrix`)."""
@@ -128,6 +132,8 @@ class PairCounts:
             self.two[a, b] += np.bincount(flat, minlength=self.two[a, b].size)
         if self.numeric:
             self._add_moments(X)
+        present = {j: ~missing_mask(X[:, j], self.specs[j]) for j in self.cycles.counts}
+        self.cycles.add(X, present)
 
     def _add_moments(self, X: np.ndarray) -> None:
         present = np.column_stack(
@@ -152,6 +158,7 @@ class PairCounts:
         for name in ("count", "sx", "sxx", "sxy"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.low, self.high = np.fmin(self.low, other.low), np.fmax(self.high, other.high)
+        self.cycles.merge(other.cycles)
         return self
 
     def correlation(self) -> np.ndarray:
@@ -244,6 +251,8 @@ def fidelity_from_counts(
             columns[spec.name] = _level_column(real.one[j], synth.one[j], spec)
         else:
             columns[spec.name] = {"measure": "w1", "error": w1.get(spec.name)}
+        if j in real.cycles.counts:
+            columns[spec.name]["cycles"] = _cycles(real.cycles.counts[j], synth.cycles.counts[j])
     pairs = []
     for a, b in real.pairs:
         value = tvd(real.two[a, b], synth.two[a, b])
@@ -257,6 +266,12 @@ def fidelity_from_counts(
         "correlation": correlation,
         "definitions": DEFINITIONS,
     }
+
+
+def _cycles(real: dict[str, np.ndarray], synth: dict[str, np.ndarray]) -> dict[str, Any]:
+    """A date / datetime column's cycle TVDs, e.g. {"hour_of_day_tvd": 0.3, ...} (None when
+    a table has no present value)."""
+    return {f"{name}_tvd": tvd(real[name], synth[name]) for name in real}
 
 
 def _level_column(p: np.ndarray, q: np.ndarray, spec: ColumnSpec) -> dict[str, Any]:

@@ -75,6 +75,7 @@ def _figure_lines(result: dict[str, Any]) -> list[str]:
         "each column (W1 on the 0-1 scale of its bounds, TVD of a category's level shares): "
         f"worst {_fmt(col['worst'])} ({col['column']}), mean {_fmt(col['mean'])}"
     ]
+    lines += _cycle_lines(result)
     pairs = [p for p in result["pair_tvd"]["pairs"] if p["tvd"] is not None]
     if pairs:
         bins = result["pair_tvd"]["bins_per_number"]
@@ -112,6 +113,23 @@ def _figure_lines(result: dict[str, Any]) -> list[str]:
             "proven range, the whole-table W1 is a proven range plus an estimate from samples; "
             "the JSON report (--json) has the ranges"
         )
+    return lines
+
+
+CYCLE_WORDS = {"hour_of_day_tvd": "hour of day", "weekday_tvd": "weekday", "month_tvd": "month"}
+
+
+def _cycle_lines(result: dict[str, Any]) -> list[str]:
+    """A line per date or datetime column: the TVD of its hour-of-day, weekday and month shares
+    (a daily cycle lost shows here, not in the column's W1)."""
+    lines = []
+    for name, c in result["per_column"].items():
+        if "cycles" not in c:
+            continue
+        zone = result["columns"][name].get("timezone")
+        clock = f"wall clock in {zone}" if zone else "wall clock"
+        figures = ", ".join(f"{CYCLE_WORDS[k]} {_fmt(v)}" for k, v in c["cycles"].items())
+        lines.append(f"calendar cycles of {name} (TVD of shares, {clock}): {figures}")
     return lines
 
 
