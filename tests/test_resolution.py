@@ -158,3 +158,15 @@ def test_online_replay_releases_on_the_resolution(runner, tmp_path, monkeypatch)
     schema.write_text(json.dumps(other))
     refused = run(runner, "in.csv", *common, "--checkpoints", "every:200", "--out-dir", "rel")
     assert refused.exit_code == 3 and "resolution of column 'seen'" in refused.output
+
+
+def test_evaluate_reads_the_resolution_from_the_report(runner, tmp_path):
+    """The report's domain carries the declaration, and `evaluate --from-report` accepts it."""
+    data, schema = _write(tmp_path, {"resolution": "minute"})
+    out = tmp_path / "out.csv"
+    report = _synth(runner, data, schema, out)
+    assert report["domain"]["seen"]["resolution"] == "minute"
+    flags = ["--from-report", f"{out}.report.json", "--json"]
+    result = runner.invoke(app, ["evaluate", str(data), str(out), *flags])
+    assert result.exit_code == 0, result.output
+    assert "seen" in json.loads(result.stdout)["column_errors"]
