@@ -19,6 +19,7 @@ missing, so no cell can make the parse of another cell, or of the column, fail.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -290,3 +291,54 @@ def datetime_array(
     `missing`)."""
     mask = missing if missing is not None and missing.any() else None
     return pa.array(np.round(seconds).astype(np.int64), pa.timestamp("s", tz), mask=mask)
+
+
+# A datetime column's declared resolution ("resolution" in the schema): the step, in seconds, of
+# the wall-clock grid its written values lie on ("second", whole seconds, is the default).
+RESOLUTIONS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
+
+
+def _wall_seconds(seconds: np.ndarray, tz: str) -> np.ndarray:
+    """Wall-clock seconds in `tz` of instants (whole seconds, no NaN)."""
+    stamps = pa.array(seconds.astype(np.int64), pa.timestamp("s", tz))
+    return pc.cast(pc.local_timestamp(stamps), pa.int64()).to_numpy().astype(np.float64)
+
+
+def _instant_seconds(wall: np.ndarray, tz: str) -> np.ndarray:
+    """Instants of wall-clock seconds in `tz` (a time in a DST gap: the transition, on the
+    hour; a repeated one: the earlier instant)."""
+    stamps = pa.array(wall.astype(np.int64), pa.timestamp("s"))
+    stamps = pc.assume_timezone(stamps, tz, ambiguous="earliest", nonexistent="latest")
+    return pc.cast(stamps, pa.int64()).to_numpy().astype(np.float64)
+
+
+def resolution_grid(lower: float, upper: float, step: int, tz: str | None) -> tuple[float, float]:
+    """The first and last wall-clock points of the `step` grid within bounds (codes: instants
+    of a zoned column); lower > upper when the bounds hold none."""
+    bounds = np.array([lower, upper])
+    wall = _wall_seconds(np.round(bounds), tz) if tz else bounds
+    return math.ceil(wall[0] / step) * step, math.floor(wall[1] / step) * step
+
+
+def on_resolution(
+    seconds: np.ndarray, step: int, tz: str | None, lower: float, upper: float
+) -> np.ndarray:
+    """Whole-second codes (NaN: missing, kept) moved to the nearest point of the column's
+    wall-clock grid of `step` seconds (whole minutes, hours, days: local ones for a zoned column,
+    e.g. Asia/Kolkata's hours at :00 local, not UTC's :30) that lies within [lower, upper].
+
+    Post-processing of released values: no privacy cost (the step is a public declaration)."""
+    if step == 1:
+        return seconds
+    first, last = resolution_grid(lower, upper, step, tz)
+    missing = np.isnan(seconds)
+    codes = np.where(missing, lower, seconds)
+    wall = _wall_seconds(codes, tz) if tz else codes
+    wall = np.clip(np.floor(wall / step + 0.5) * step, first, last)
+    if tz:  # back to instants; a DST fold could push one out of bounds: its nearest grid end
+        out = _instant_seconds(wall, tz)
+        ends = _instant_seconds(np.array([first, last], dtype=np.float64), tz)
+        out = np.where(out < lower, ends[0], np.where(out > upper, ends[1], out))
+    else:
+        out = wall
+    return np.where(missing, np.nan, out)

@@ -46,10 +46,16 @@ class ColumnSpec:
     timezone: str | None = None  # datetime: the zone of naive cells and of the output
     spellings: tuple[str, str] | None = None  # boolean: the declared (false, true) text
     decimal: str = "."  # float/integer text cells: the decimal separator ("," from --decimal)
+    resolution: str | None = None  # datetime: "second" (default), "minute", "hour" or "day"
 
     @property
     def has_bounds(self) -> bool:
         return self.lower is not None and self.upper is not None
+
+    @property
+    def step(self) -> int:
+        """A datetime column's resolution in seconds (1 unless it declares a coarser one)."""
+        return coltypes.RESOLUTIONS[self.resolution or "second"]
 
     @property
     def code_upper(self) -> float:
@@ -76,7 +82,12 @@ class ColumnSpec:
         if self.kind in ("boolean", "category"):
             del out["lower"], out["upper"], out["bounds_source"]
         levels = list(self.levels or ()) if self.kind == "category" else None
-        extra = {"levels": levels, "other": self.other, "timezone": self.timezone}
+        extra = {
+            "levels": levels,
+            "other": self.other,
+            "timezone": self.timezone,
+            "resolution": self.resolution,  # a declaration (schema_file reads it back)
+        }
         out.update({k: v for k, v in extra.items() if v})
         if self.kind == "boolean":  # what the output holds: a declaration, public
             false, true = self.spellings or ("false", "true")

@@ -389,7 +389,8 @@ class Domain:
     def written_codes(self, unit: np.ndarray, columns: list[int] | None = None) -> np.ndarray:
         """The codes `from_unit` writes for points of [0,1]^d (the given columns, default all):
         a level's index, whole codes for integer and date columns, whole seconds for datetime
-        ones, float values rounded to `decimals()`, all inside their bounds; NaN for missing.
+        ones (whole minutes, hours or days of their wall clock with a declared resolution),
+        float values rounded to `decimals()`, all inside their bounds; NaN for missing.
 
         Column-major (each column's codes contiguous: the per-column work and the output's
         arrays read memory in order)."""
@@ -415,6 +416,8 @@ class Domain:
             elif col.kind == "datetime":  # NaN: flagged missing (`cube_to_unit`)
                 np.clip(v, col.lower, col.upper, out=v)
                 np.round(v, out=v)
+                if col.step > 1:  # on its declared resolution: post-processing, no privacy cost
+                    v[:] = coltypes.on_resolution(v, col.step, col.timezone, col.lower, col.upper)
             else:
                 np.round(v, decimals[col.name], out=v)
                 np.clip(v, col.lower, col.upper, out=v)

@@ -5,7 +5,9 @@
 
 "type" is "float", "integer", "boolean" (optional "true"/"false": the text it is written as, also
 read), "category" (with its public "levels" and an optional "other" level for undeclared
-values), "date" or "datetime" (ISO "lower"/"upper", optional "timezone"); "nullable": true makes
+values), "date" or "datetime" (ISO "lower"/"upper", optional "timezone"; a datetime's optional
+"resolution": "second" (default), "minute", "hour" or "day", the wall-clock grid its output is
+written on); "nullable": true makes
 missing a level of its own (any kind). Any other key (a typo such as "lowr") is a usage error
 (`COLUMN_KEYS`); keys that start with "_" are comments. Cells of these types are read by
 `coltypes` (docs/privacy.md, "Mixed tables"). A column listed without bounds gets a DP bounds
@@ -32,7 +34,7 @@ COLUMN_KEYS: dict[str, tuple[str, ...]] = {
     "boolean": ("type", "true", "false", "nullable"),
     "category": ("type", "levels", "other", "nullable"),
     "date": ("type", "lower", "upper", "nullable"),
-    "datetime": ("type", "lower", "upper", "timezone", "nullable"),
+    "datetime": ("type", "lower", "upper", "timezone", "resolution", "nullable"),
 }
 
 
@@ -239,4 +241,14 @@ def _time_column(where: str, name: str, kind: str, spec: dict, nullable: bool) -
         tz = coltypes.check_timezone(tz, where) if tz else None
     lo, hi = (coltypes.parse_iso_bound(v, kind, tz, where) for v in (lower, upper))
     lo, hi = check_bounds(name, lo, hi, where)
-    return ColumnSpec(name, kind, lo, hi, nullable=nullable, timezone=tz)
+    resolution = spec.get("resolution")
+    if kind == "datetime" and resolution is not None:
+        if not isinstance(resolution, str) or resolution not in coltypes.RESOLUTIONS:
+            allowed = ", ".join(f'"{r}"' for r in coltypes.RESOLUTIONS)
+            raise UsageError(f"{where}: 'resolution' must be one of {allowed}")
+        first, last = coltypes.resolution_grid(lo, hi, coltypes.RESOLUTIONS[resolution], tz)
+        if first > last:
+            raise UsageError(f"{where}: its bounds contain no whole {resolution}")
+    elif resolution is not None:
+        raise UsageError(f"{where}: 'resolution' is for datetime columns")
+    return ColumnSpec(name, kind, lo, hi, nullable=nullable, timezone=tz, resolution=resolution)

@@ -58,10 +58,13 @@ def identity(plan: OnlinePlan, specs: list[ColumnSpec]) -> dict[str, Any]:
 
 def _column(s: ColumnSpec) -> dict[str, Any]:
     """A column's identity: name, type and bounds, and (issue 25, only when set, so that states
-    of numeric columns made before continue) levels, other, nullable and time zone."""
+    of numeric columns made before continue) levels, other, nullable, time zone and resolution."""
     out: dict[str, Any] = {"name": s.name, "type": s.kind, "lower": s.lower, "upper": s.upper}
     extra = {"levels": list(s.levels or ()), "other": s.other, "nullable": s.nullable}
+    resolution = s.resolution if s.resolution != "second" else None  # the default
     out.update({k: v for k, v in {**extra, "timezone": s.timezone}.items() if v})
+    if resolution:
+        out["resolution"] = resolution
     return out
 
 
@@ -76,7 +79,7 @@ def _difference(stored: dict[str, Any], current: dict[str, Any]) -> str | None:
             return f"column '{x['name']}' was {x['type']} there, {y['type']} here"
         if (x["lower"], x["upper"]) != (y["lower"], y["upper"]):
             return f"the bounds of column '{x['name']}' differ from the state's"
-        for key in ("levels", "other", "nullable", "timezone"):
+        for key in ("levels", "other", "nullable", "timezone", "resolution"):
             if x.get(key) != y.get(key):
                 return f"the {key} of column '{x['name']}' differ from the state's"
     if stored["epsilon"] != current["epsilon"]:
