@@ -239,17 +239,18 @@ def replay_options(declared: Declared, eps: float, **flags: Any) -> Any:
     return ReplayOptions(eps, **flags)
 
 
-def replay_checks(specs: list[ColumnSpec], declared: Declared, options: Any) -> tuple[Any, dict]:
+def replay_checks(
+    specs: list[ColumnSpec], declared: Declared, options: Any
+) -> tuple[Any, dict, Any]:
     """online-replay's usage errors that the flags and the columns decide (`plan_for`, the
-    constraints' kinds), before the spend; the options with the constraints kept, and those
-    left out ({text: why})."""
+    constraints' kinds), before the spend; the options with the constraints kept, those left
+    out ({text: why}) and the plan."""
     from dpsynth_cli.constraints import choose
     from dpsynth_cli.online.replay import plan_for
 
     kept, left_out = choose(declared.constraints, specs)
     options = dataclasses.replace(options, constraints=kept)
-    plan_for(options, specs)
-    return options, left_out
+    return options, left_out, plan_for(options, specs)
 
 
 def replay_opened(
@@ -271,16 +272,14 @@ def replay_opened(
     constraints from declarations, the plan checked and the spend recorded before any row is
     read, the stream replayed. Returns the result and the notices to say after it."""
     from dpsynth_cli.online import replay
-    from dpsynth_cli.online.replay import check_out_dir, check_state, plan_for
+    from dpsynth_cli.online.replay import check_continuation
     from dpsynth_cli.online.stream import SORTED_IN_MEMORY, open_stream
     from dpsynth_cli.online.timeline import time_rule
 
     step = step or (lambda _what: contextlib.nullcontext())
     specs = declared.resolve(read.schema, typed=typed, all_columns=read.all_columns).specs
-    options, left_out = replay_checks(specs, declared, options)
-    plan = plan_for(options, specs)
-    check_state(state_dir, plan, specs, options)  # refusals the state decides: no spend
-    check_out_dir(out_dir, state_dir, plan, specs)  # releases of another run: no spend
+    options, left_out, plan = replay_checks(specs, declared, options)
+    check_continuation(out_dir, state_dir, plan, specs, options)  # refusals: no spend
     spend.charge()  # once per stream and dataset: a continued --state reading it is free
     order_by = options.order_by
     with step("reading the --order-by column" if order_by else "reading input"):

@@ -104,18 +104,17 @@ def signal_block(
     every = uniform is not None and len(uniform) == len(names) and len(names) > 1
     thin = every and not resolvable(eps_rows, len(names))
     block["little_signal"] = noise_only or vacuous or thin
-    if noise_only and rows_dropped:
-        return block, [
-            f"the noisy row count is {noisy_rows}, within the noise of an empty table (one "
-            f"without rows gives more than {empty_floor} with probability below 1%): the "
-            "release is mostly noise because rows were dropped (see the note naming the "
-            "columns); fix how they are read rather than raising --eps"
-        ]
     if noise_only:
+        advice = (
+            " because rows were dropped (see the note naming the columns); fix how they are "
+            "read rather than raising --eps"
+            if rows_dropped
+            else "; use a larger --eps, or more rows"
+        )
         return block, [
             f"the noisy row count is {noisy_rows}, within the noise of an empty table (one "
             f"without rows gives more than {empty_floor} with probability below 1%): the "
-            "release is mostly noise; use a larger --eps, or more rows"
+            f"release is mostly noise{advice}"
         ]
     if vacuous or thin:
         why = (
@@ -181,10 +180,7 @@ def dropped_notices(
         if total <= 0 or got <= floor or got < DROPPED_SHARE * total:
             continue
         why = UNUSABLE.get(spec.kind, "cells that are not values of its type, or empty")
-        if spec.kind == "category" and spec.other is None:
-            check = CHECK["category"]
-        else:
-            check = CHECK.get(spec.kind, CHECK_DEFAULT)
+        check = CHECK.get(spec.kind, CHECK_DEFAULT)
         notices.append(
             f"about {round(100 * got / total)}% of rows were dropped at column '{spec.name}' "
             f"({why}): {check}"
@@ -204,17 +200,18 @@ def collapse_notices(domain: Any, points: np.ndarray) -> list[str]:
         return []
     notices = []
     for j, spec in enumerate(domain.columns):
+        other = spec.kind == "category" and spec.other is not None
+        if not (other or spec.nullable):
+            continue
         codes = domain.written_codes(points, [j])[:, 0]
-        if spec.kind == "category" and spec.other is not None:
+        if other:
             share = float(np.mean(codes == spec.levels.index(spec.other)))
             what = f"its level '{spec.other}' (values not among its declared levels)"
             fix = "declare the levels the column holds in the schema"
-        elif spec.nullable and np.isnan(codes).any():
+        else:
             share = float(np.mean(np.isnan(codes)))
             what = "missing (empty cells, or cells that are not values of its type)"
             fix = CHECK.get(spec.kind, CHECK_DEFAULT)
-        else:
-            continue
         if share >= COLLAPSE_SHARE:
             notices.append(
                 f"about {round(100 * share)}% of the synthetic rows of column '{spec.name}' "

@@ -413,12 +413,17 @@ def test_a_lost_daily_cycle_has_a_large_hour_of_day_tvd(runner, tmp_path, batch_
     assert "hour of day 0.5833, weekday 0, month 0" in line
 
 
+def cycles_of(runner, real, synth, schema) -> dict:
+    """evaluate --json's calendar cycles of column t."""
+    result = evaluate(runner, real, synth, *schema, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)["per_column"]["t"]["cycles"]
+
+
 def test_an_identical_copy_has_no_cycle_error(runner, tmp_path):
     times = stamps(range(8, 18))
     real, synth, schema = cycle_tables(tmp_path, times, times, DAY_TIMES)
-    result = evaluate(runner, real, synth, *schema, "--json")
-    assert result.exit_code == 0, result.output
-    cycles = json.loads(result.stdout)["per_column"]["t"]["cycles"]
+    cycles = cycles_of(runner, real, synth, schema)
     assert cycles == {"hour_of_day_tvd": 0.0, "weekday_tvd": 0.0, "month_tvd": 0.0}
 
 
@@ -432,9 +437,7 @@ def test_a_zoned_column_is_counted_on_its_own_wall_clock(runner, tmp_path):
     # the synthetic table written as UTC instants, as a zoned column may be
     summer = [f"{d:%Y-%m-%d}T07:30:00Z" for d in july]
     real, synth, schema = cycle_tables(tmp_path, winter, summer, zoned)
-    result = evaluate(runner, real, synth, *schema, "--json")
-    assert result.exit_code == 0, result.output
-    cycles = json.loads(result.stdout)["per_column"]["t"]["cycles"]
+    cycles = cycles_of(runner, real, synth, schema)
     assert cycles == {"hour_of_day_tvd": 0.0, "weekday_tvd": 0.0, "month_tvd": 1.0}
     text = evaluate(runner, real, synth, *schema)
     assert "calendar cycles of t (TVD of shares, wall clock in Europe/Paris)" in text.stdout
@@ -449,9 +452,7 @@ def test_a_zoned_column_late_at_night_keeps_its_own_weekday(runner, tmp_path):
     real_times = stamps([0], mondays)
     synth_times = [f"{d:%Y-%m-%d}T00:30:00Z" for d in mondays]
     real, synth, schema = cycle_tables(tmp_path, real_times, synth_times, zoned)
-    result = evaluate(runner, real, synth, *schema, "--json")
-    assert result.exit_code == 0, result.output
-    cycles = json.loads(result.stdout)["per_column"]["t"]["cycles"]
+    cycles = cycles_of(runner, real, synth, schema)
     assert cycles == {"hour_of_day_tvd": 1.0, "weekday_tvd": 0.0, "month_tvd": 0.0}
 
 

@@ -37,10 +37,10 @@ public grid, so no float error can carry it across an integer), so each round of
 permute-and-flip at eps_S / R is (eps_S / R)-DP (McKenna & Sheldon 2020, Theorem 1) and the R
 rounds compose to eps_S (adaptively: each round's candidates and scores' reference tables depend
 only on earlier releases). Step 5 puts scale sens * R / eps_2 on each of the R histograms: eps_2.
-The grids,
-bins, R and every scale are functions of public facts (schema, eps, D) and released values (the
-noisy count, the one-way release), never of the rows. Total eps_1 + eps_S + eps_2 = epsilon
-exactly (rational arithmetic; `tests/test_pairs.py`). Steps 3 and 6 read only released values.
+The grids, bins, R and every scale are functions of public facts (schema, eps, D) and released
+values (the noisy count, the one-way release), never of the rows. Total eps_1 + eps_S + eps_2 =
+epsilon exactly (rational arithmetic; `tests/test_pairs.py`). Steps 3 and 6 read only released
+values.
 
 Accuracy: no a-priori W1 bound (the model keeps only the dependences it measures); measured in
 docs/benchmarks.md ("Real tables").

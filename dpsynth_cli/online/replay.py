@@ -441,15 +441,6 @@ def check_releases(out_dir: str, meta: dict | None) -> None:
         raise PrivacyRefusal(FOREIGN_RELEASE.format(dir=out_dir, name=name, whose=whose))
 
 
-def check_out_dir(
-    out_dir: str, state_dir: str | None, plan: OnlinePlan, specs: list[ColumnSpec]
-) -> None:
-    """`check_releases` before the spend: the state's metadata read without its lock (`replay`
-    checks again under it)."""
-    meta = state_io.stored(state_dir, state_io.identity(plan, specs)) if state_dir else None
-    check_releases(out_dir, meta)
-
-
 def check_dirs(out_dir: str, state_dir: str | None) -> None:
     """OUT_DIR is published and the state is secret: they must not overlap. The report's path
     in an existing OUT_DIR is checked as synth's outputs are (`io.check_outputs`: a link loop
@@ -481,19 +472,23 @@ class _NewRows:
 CONTINUED_NEW = "this state was continued with --input-mode new: keep using it"
 
 
-def check_state(
-    state_dir: str | None, plan: OnlinePlan, specs: list[ColumnSpec], options: ReplayOptions
+def check_continuation(
+    out_dir: str,
+    state_dir: str | None,
+    plan: OnlinePlan,
+    specs: list[ColumnSpec],
+    options: ReplayOptions,
 ) -> None:
-    """The refusals of a --state that the state's metadata and the flags decide (damaged,
-    another format, other columns, bounds, --eps, --neighboring or --allocation, whole after
-    new): before the spend is recorded. `replay` checks them again under the state's lock."""
-    if not state_dir:
-        return
-    meta = state_io.stored(state_dir, state_io.identity(plan, specs))
-    if meta is None:
-        return
-    if options.input_mode == "whole" and meta.get("t") and meta.get("prefix_sha256") is None:
-        raise PrivacyRefusal(CONTINUED_NEW)
+    """The refusals that the --state's metadata, OUT_DIR's file names and the flags decide,
+    before the spend is recorded: a state that is damaged, of another format, made for other
+    columns, bounds, --eps, --neighboring or --allocation, or continued whole after new
+    (`state_io.stored`, read without its lock), and releases or a report of another run in
+    OUT_DIR (`check_releases`). `replay` checks them again under the state's lock."""
+    meta = state_io.stored(state_dir, state_io.identity(plan, specs)) if state_dir else None
+    if meta and options.input_mode == "whole" and meta.get("t"):
+        if meta.get("prefix_sha256") is None:
+            raise PrivacyRefusal(CONTINUED_NEW)
+    check_releases(out_dir, meta)
 
 
 def _new_rows(rows: RowStream, done: int, meta: dict, options: ReplayOptions):

@@ -61,10 +61,8 @@ def _column(s: ColumnSpec) -> dict[str, Any]:
     of numeric columns made before continue) levels, other, nullable, time zone and resolution."""
     out: dict[str, Any] = {"name": s.name, "type": s.kind, "lower": s.lower, "upper": s.upper}
     extra = {"levels": list(s.levels or ()), "other": s.other, "nullable": s.nullable}
-    resolution = s.resolution if s.resolution != "second" else None  # the default
-    out.update({k: v for k, v in {**extra, "timezone": s.timezone}.items() if v})
-    if resolution:
-        out["resolution"] = resolution
+    extra |= {"timezone": s.timezone, "resolution": s.resolution if s.step > 1 else None}
+    out.update({k: v for k, v in extra.items() if v})
     return out
 
 
