@@ -298,13 +298,13 @@ def datetime_array(
 RESOLUTIONS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
 
 
-def _wall_seconds(seconds: np.ndarray, tz: str) -> np.ndarray:
+def wall_seconds(seconds: np.ndarray, tz: str) -> np.ndarray:
     """Wall-clock seconds in `tz` of instants (whole seconds, no NaN)."""
     stamps = pa.array(seconds.astype(np.int64), pa.timestamp("s", tz))
     return pc.cast(pc.local_timestamp(stamps), pa.int64()).to_numpy().astype(np.float64)
 
 
-def _instant_seconds(wall: np.ndarray, tz: str) -> np.ndarray:
+def instant_seconds(wall: np.ndarray, tz: str) -> np.ndarray:
     """Instants of wall-clock seconds in `tz` (a time in a DST gap: the transition, on the
     hour; a repeated one: the earlier instant)."""
     stamps = pa.array(wall.astype(np.int64), pa.timestamp("s"))
@@ -316,7 +316,7 @@ def resolution_grid(lower: float, upper: float, step: int, tz: str | None) -> tu
     """The first and last wall-clock points of the `step` grid within bounds (codes: instants
     of a zoned column); lower > upper when the bounds hold none."""
     bounds = np.array([lower, upper])
-    wall = _wall_seconds(np.round(bounds), tz) if tz else bounds
+    wall = wall_seconds(np.round(bounds), tz) if tz else bounds
     return math.ceil(wall[0] / step) * step, math.floor(wall[1] / step) * step
 
 
@@ -333,11 +333,11 @@ def on_resolution(
     first, last = resolution_grid(lower, upper, step, tz)
     missing = np.isnan(seconds)
     codes = np.where(missing, lower, seconds)
-    wall = _wall_seconds(codes, tz) if tz else codes
+    wall = wall_seconds(codes, tz) if tz else codes
     wall = np.clip(np.floor(wall / step + 0.5) * step, first, last)
     if tz:  # back to instants; a DST fold could push one out of bounds: its nearest grid end
-        out = _instant_seconds(wall, tz)
-        ends = _instant_seconds(np.array([first, last], dtype=np.float64), tz)
+        out = instant_seconds(wall, tz)
+        ends = instant_seconds(np.array([first, last], dtype=np.float64), tz)
         out = np.where(out < lower, ends[0], np.where(out > upper, ends[1], out))
     else:
         out = wall

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dpsynth_cli import coltypes
+from dpsynth_cli.wallclock import Clock
 from dpsynth_cli.columns import (
     CONTINUOUS,
     DISCRETE,
@@ -273,6 +274,38 @@ class Domain:
             for k, j in enumerate(self._others)
             if self.columns[j].nullable and self.columns[j].kind in DISCRETE
         )
+
+    def cube_clocks(self) -> tuple[Clock, ...]:
+        """The wall-clock facts of each date and datetime column in the cube (`Rows.clocks`)."""
+        m, f = len(self.level_columns), len(self.nullable_continuous)
+        flag_of = dict(self.cube_flags())
+        lo, width = self._interval()
+        out = []
+        for k, j in enumerate(self._others):
+            col = self.columns[j]
+            if col.kind not in ("date", "datetime"):
+                continue
+            c = m + f + k
+            date = col.kind == "date"
+            first, last = (math.ceil(col.lower), math.floor(col.upper)) if date else (0, 0)
+            missing_from = 2.0
+            if date and col.nullable:  # the last code is "missing"
+                missing_from = (last + 0.5 - lo[j]) / width[j]
+            out.append(
+                Clock(
+                    column=c,
+                    lower=float(lo[j]),
+                    width=float(width[j]),
+                    date=date,
+                    timezone=col.timezone,
+                    step=coltypes.RESOLUTIONS["day"] if date else col.step,
+                    first=float(first) if date else float(col.lower),
+                    last=float(last) if date else float(col.upper),
+                    flag=flag_of.get(c),
+                    missing_from=missing_from,
+                )
+            )
+        return tuple(out)
 
     def to_cube(self, values: np.ndarray) -> np.ndarray:
         """The mechanisms' cube (`cube_dim` columns): the level columns, then a missing flag

@@ -293,12 +293,12 @@ class CountAndBounds:
         dom = self.domain
         if dom is not None:
             facts = (dom.cube_dim, dom.lead_bits(), dom.cube_codes(), dom.cube_flags())
-            missing = dom.cube_coded_missing()
+            missing, clocks = dom.cube_coded_missing(), dom.cube_clocks()
             made = {
                 "privtree": lambda: privtree.FirstHistogram(
                     dom.cube_dim, dom.lead_bits(), self.streamed
                 ),
-                "marginals": lambda: pairs.PairCounts(attributes(*facts, missing)),
+                "marginals": lambda: pairs.PairCounts(attributes(*facts, missing, clocks)),
             }
             self.ahead = tuple(made[m]() for m in self.mechanisms)
 
@@ -415,6 +415,7 @@ def _synthesize(
         flagged=domain.cube_flags(),
         codes=domain.cube_codes(),
         coded_missing=domain.cube_coded_missing(),
+        clocks=domain.cube_clocks(),
     )
     names = [s.name for s in specs]
     n_hat, dropped_hat = noisy_tally(

@@ -66,6 +66,8 @@ class Rows:
     codes: tuple[int, ...] = ()
     # Integer and date columns (not level columns) whose last code means "missing" (nullable).
     coded_missing: tuple[int, ...] = ()
+    # Date and datetime columns' wall-clock facts (`Domain.cube_clocks`, `wallclock`). Public.
+    clocks: tuple[Any, ...] = ()
 
     def ahead_of(self, kind: type[A]) -> A | None:
         """The statistic of this type that an earlier pass took, if any."""

@@ -10,7 +10,12 @@ before the noisy count is known (synth's first pass):
 - an integer or date column with at most ATOMS codes: its codes (code i owns [i/L, (i+1)/L));
 - any other number: ATOMS equal cells of [0, 1];
 - a nullable column is one attribute whose last value is "missing": a float or datetime's
-  missing flag in the cube, an integer or date's last code (`Rows.coded_missing`).
+  missing flag in the cube, an integer or date's last code (`Rows.coded_missing`);
+- a date or datetime column with a `Clock` (`Rows.clocks`, issue 36) is several attributes, its
+  wall-clock parts (`wallclock`): weeks (codes, or ATOMS cells of them), the weekday (7 levels)
+  and the time of day (24 * 2^k cells, grids of whole hours' runs: `wallclock.hour_aligned`),
+  each a public function of the column's value. They write their values into scratch columns
+  past the cube's (`Attribute.column`), from which `assemble` makes the column's value.
 The one-way release groups a number's atoms into `size` runs (`with_size`: 2^b, b from eps and
 the noisy count); two-way counts are kept on the pair grid, at most PAIR_CELLS runs of atoms. All
 groupings are i * k // A of the atoms with power-of-two ratios between them, so they nest:
@@ -24,6 +29,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from dpsynth_cli.wallclock import Clock, hour_aligned
+
 PAIR_CELLS = 64  # pair-grid cells of an attribute at most (its missing value aside)
 PAIR_COUNTS = 1 << 24  # two-way counts kept in all (128 MiB): fewer pair cells for wide tables
 MAX_CELL_BITS = 10
@@ -36,10 +43,18 @@ def groups(atoms: int, k: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
+class Part:
+    """Which wall-clock part of a date or datetime column an attribute is."""
+
+    clock: Clock
+    name: str  # "week", "weekday", "day" or "time" (`Clock.parts`)
+
+
+@dataclass(frozen=True)
 class Attribute:
     """One column of the table in the model."""
 
-    column: int  # the cube column holding its value
+    column: int  # the cube column holding its value (a part's: its scratch column)
     kind: str  # "level", "code" (whole codes) or "cell" (equal cells of [0, 1])
     atoms: int  # levels, codes or ATOMS cells (the missing value not included)
     size: int  # values of the one-way release: runs of atoms (levels: the levels)
@@ -48,10 +63,12 @@ class Attribute:
     pair_limit: int = PAIR_CELLS  # pair-grid cells at most (`pair_cells_for`)
     span: float = 1.0  # the share of [0, 1] its values fill: (L - 1) / L when the last of L
     # codes is "missing" (a nullable integer or date), which owns the rest
+    part: Part | None = None  # a date or datetime column's wall-clock part
 
     @property
     def missing(self) -> bool:
-        return self.flag is not None or self.span < 1.0
+        nullable = self.part is not None and self.part.clock.nullable
+        return self.flag is not None or self.span < 1.0 or nullable
 
     @property
     def values(self) -> int:
@@ -99,6 +116,11 @@ class Attribute:
 
     def encode(self, X: np.ndarray) -> np.ndarray:
         """Each row's atom (int64) from the cube columns; missing is `atoms`."""
+        if self.part is not None:
+            f = self.part.clock.fractions(X)[self.part.name]
+            atom = np.clip(np.nan_to_num(f) * self.atoms, 0, self.atoms - 1).astype(np.int64)
+            atom[np.isnan(f)] = self.atoms
+            return atom
         x = X[:, self.column]
         if self.kind == "level":
             slot = np.clip((x * self.slots).astype(np.int64), 0, self.slots - 1)
@@ -119,7 +141,11 @@ class Attribute:
     def write(self, out: np.ndarray, values: np.ndarray, u: np.ndarray) -> None:
         """Put values (with within-value positions u in [0, 1)) into the cube columns of out:
         a level at the middle of its first slot (as `Domain.to_unit`), a number uniform in its
-        value's run of atoms (a whole code at its middle), "missing" at 0 with its flag set."""
+        value's run of atoms (a whole code at its middle), "missing" at 0 with its flag set; a
+        part its fraction of its range (NaN: missing) in its scratch column (`wallclock`)."""
+        if self.part is not None:
+            out[:, self.column] = self._fraction(values, u)
+            return
         if self.kind == "level":
             out[:, self.column] = (-(-values * self.slots // self.size) + 0.5) / self.slots
             return
@@ -138,12 +164,28 @@ class Attribute:
         else:  # the missing code's middle
             out[:, self.column] = np.where(present, point, (1.0 + self.span) / 2)
 
+    def _fraction(self, values: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """A part's values as fractions of its range (a level at its middle; a number as
+        `write` places it), NaN for missing."""
+        present = values < self.size
+        v = np.minimum(values, self.size - 1)
+        if self.kind == "level":
+            f = (v + 0.5) / self.size
+        else:
+            start, width = self.value_span()
+            f = start[v] + u * width[v]
+            if self.kind == "code":
+                f = (np.floor(f * self.atoms) + 0.5) / self.atoms
+        return np.where(present, f, np.nan)
+
     def with_size(self, signal: float) -> Attribute:
         """The release grid for eps n / sens = `signal` per attribute: a number's atoms in
         2^b runs, b about log2 of 1.25 sqrt(signal) (the 1-D grid balance that `hierarchy`
         measured), 1 <= b <= MAX_CELL_BITS; all of them when there are fewer. Levels stay."""
         if self.kind == "level":
             return self
+        if self.part is not None and self.part.name == "time":  # runs of whole hours
+            return replace(self, size=hour_aligned(self.atoms, max(1.25 * math.sqrt(signal), 24)))
         bits = round(math.log2(1.25 * math.sqrt(max(signal, 1.0))))
         return replace(self, size=min(self.atoms, 1 << int(min(max(bits, 1), MAX_CELL_BITS))))
 
@@ -156,21 +198,47 @@ def pair_cells_for(columns: int) -> int:
     return min(cells, PAIR_CELLS)
 
 
+def part_attributes(clock: Clock, scratch: int, limit: int) -> list[Attribute]:
+    """A clocked column's parts as attributes writing into scratch columns from `scratch` on."""
+    out = []
+    for k, (name, values) in enumerate(clock.parts()):
+        part = Part(clock, name)
+        if name == "weekday":
+            attr = Attribute(scratch + k, "level", 7, 7, pair_limit=limit, part=part)
+        elif name == "time":
+            pair = hour_aligned(values, limit)
+            attr = Attribute(scratch + k, "cell", values, values, pair_limit=pair, part=part)
+        else:
+            kind, atoms = ("code", values) if values <= ATOMS else ("cell", ATOMS)
+            attr = Attribute(scratch + k, kind, atoms, atoms, pair_limit=limit, part=part)
+        out.append(attr)
+    return out
+
+
 def attributes(
     d: int,
     lead: tuple[int, ...],
     codes: tuple[int, ...],
     flagged: tuple[tuple[int, int], ...],
     coded_missing: tuple[int, ...] = (),
+    clocks: tuple[Clock, ...] = (),
 ) -> tuple[Attribute, ...]:
-    """The model's attributes at their atoms, in the cube's order (level columns first), from
-    public facts only; `with_size` fixes the release grid once the noisy count is known."""
+    """The model's attributes at their atoms, in the cube's order (level columns first; a
+    clocked column's parts in its place), from public facts only; `with_size` fixes the release
+    grid once the noisy count is known."""
     flag_of = {value: flag for value, flag in flagged}
     flags = set(flag_of.values())
-    limit = pair_cells_for(d - len(flags))
-    out = []
+    clock_of = {k.column: k for k in clocks if k.parts()}
+    extra = sum(len(k.parts()) - 1 for k in clock_of.values())
+    limit = pair_cells_for(d - len(flags) + extra)
+    out: list[Attribute] = []
+    scratch = d
     for c in range(d):
         if c in flags:
+            continue
+        if c in clock_of:
+            out += part_attributes(clock_of[c], scratch, limit)
+            scratch += len(clock_of[c].parts())
             continue
         if c < len(lead):
             levels = max(codes[c] if codes else 1 << lead[c], 1)

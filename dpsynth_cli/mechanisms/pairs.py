@@ -157,7 +157,13 @@ class Plan:
                 "two_way": float(self.pairs),
             },
             "attributes": [
-                {"cube_column": a.column, "grid": a.kind, "atoms": a.atoms, "values": a.values}
+                {
+                    "cube_column": a.part.clock.column if a.part else a.column,
+                    **({"part": a.part.name} if a.part else {}),
+                    "grid": a.kind,
+                    "atoms": a.atoms,
+                    "values": a.values,
+                }
                 for a in self.attributes
             ],
             "bins_per_attribute_at_most": self.bins,
@@ -171,15 +177,13 @@ class Plan:
 def plan(epsilon: Fraction, noisy_n: int, rows: Rows, relation: str) -> Plan:
     """Shares, grids and bins from public quantities only."""
     sens = histogram_sensitivity(relation)
-    count = rows.d - len(rows.flagged)
+    base = attributes_of(rows)
+    count = len(base)
     low = float(epsilon) * max(noisy_n, 1) / (sens * max(count, 1)) < ONE_WAY_SIGNAL
     one_way = epsilon if count <= 1 else _share(epsilon, ONE_WAY_LOW if low else ONE_WAY)
     select = Fraction(0) if count <= 1 else _share(epsilon, SELECT)
     signal = float(one_way) / max(count, 1) * max(noisy_n, 1) / sens
-    attrs = tuple(
-        a.with_size(signal)
-        for a in attributes(rows.d, rows.lead, rows.codes, rows.flagged, rows.coded_missing)
-    )
+    attrs = tuple(a.with_size(signal) for a in base)
     pairs = epsilon - one_way - select
 
     def bins_for(measurements: int) -> int:
@@ -193,6 +197,11 @@ def plan(epsilon: Fraction, noisy_n: int, rows: Rows, relation: str) -> Plan:
         if bins < SECOND_PARENT_BINS:  # too little signal for triangles: the tree alone
             extras, bins = 0, bins_for(count - 1)
     return Plan(epsilon, one_way, select, pairs, sens, attrs, bins, extras)
+
+
+def attributes_of(rows: Rows) -> tuple[Attribute, ...]:
+    """The model's attributes from the rows' public facts (`attributes`)."""
+    return attributes(rows.d, rows.lead, rows.codes, rows.flagged, rows.coded_missing, rows.clocks)
 
 
 def bins_at(noisy_n: float, variance: float, cell_noise: float = CELL_NOISE) -> int:
@@ -224,7 +233,7 @@ class PairCounts:
     @classmethod
     def of(cls, rows: Rows) -> PairCounts:
         """The counts for these rows' public facts (the grids `run` expects)."""
-        return cls(attributes(rows.d, rows.lead, rows.codes, rows.flagged, rows.coded_missing))
+        return cls(attributes_of(rows))
 
     def add(self, X: np.ndarray) -> None:
         atoms = [a.encode(X) for a in self.attributes]

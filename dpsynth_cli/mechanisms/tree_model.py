@@ -205,7 +205,7 @@ class TreeModel:
         n = int(np.asarray(counts).sum())
         bins = [np.zeros(n, dtype=np.int64)] * len(self.attributes)
         score = [np.zeros(n)] * len(self.attributes)  # normal score of each placed value
-        out = np.zeros((n, self.d))
+        out = np.zeros((n, max([self.d] + [a.column + 1 for a in self.attributes])))
         for a in self.order:
             group = np.zeros(n, dtype=np.int64)
             for p in self.parents[a]:
@@ -219,7 +219,22 @@ class TreeModel:
             values, frac, t = self.quantiles[a].place(bins[a], u)
             self.attributes[a].write(out, values, frac)
             score[a] = ndtri(np.clip(t, 1e-12, 1.0 - 1e-12))
-        return out
+        assemble(self.attributes, out, rng)
+        return out[:, : self.d]
+
+
+def assemble(attributes: tuple[Attribute, ...], out: np.ndarray, rng: np.random.Generator) -> None:
+    """Each date or datetime column drawn as wall-clock parts (`wallclock`) written into its
+    cube column (and missing flag) from the parts' scratch columns of `out`."""
+    parts: dict = {}
+    for a in attributes:
+        if a.part is not None:
+            parts.setdefault(a.part.clock, {})[a.part.name] = out[:, a.column]
+    for clock, fractions in parts.items():
+        unit = clock.assemble(fractions, rng)
+        out[:, clock.column] = unit
+        if clock.flag is not None:
+            out[:, clock.flag] = np.where(np.isnan(fractions[clock.parts()[0][0]]), 0.75, 0.25)
 
 
 HERMITE_TERMS = 16

@@ -189,7 +189,12 @@ def continual_plan(epsilon: Fraction, rows: int, cube: StreamCube, relation: str
     dom = cube.domain
     sens = histogram_sensitivity(relation)
     base = attributes(
-        dom.cube_dim, dom.lead_bits(), dom.cube_codes(), dom.cube_flags(), dom.cube_coded_missing()
+        dom.cube_dim,
+        dom.lead_bits(),
+        dom.cube_codes(),
+        dom.cube_flags(),
+        dom.cube_coded_missing(),
+        dom.cube_clocks(),
     )
     count = len(base)
     n = max(rows, 1)
