@@ -18,7 +18,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dpsynth_cli import coltypes
-from dpsynth_cli.wallclock import Clock
 from dpsynth_cli.columns import (
     CONTINUOUS,
     DISCRETE,
@@ -50,6 +49,7 @@ from dpsynth_cli.schema_file import (
     load_schema,
     schema_column,
 )
+from dpsynth_cli.wallclock import Clock
 
 __all__ = [
     "COLUMN_KEYS",
@@ -290,7 +290,7 @@ class Domain:
             first, last = (math.ceil(col.lower), math.floor(col.upper)) if date else (0, 0)
             missing_from = 2.0
             if date and col.nullable:  # the last code is "missing"
-                missing_from = (last + 0.5 - lo[j]) / width[j]
+                missing_from = float((last + 0.5 - lo[j]) / width[j])
             out.append(
                 Clock(
                     column=c,

@@ -131,7 +131,10 @@ class Clock:
         first, last = self.days
         if "week" in fractions:
             week = np.floor(fractions["week"] * parts["week"])
-            weekday = np.floor(fractions["weekday"] * 7)
+            if "weekday" in fractions:
+                weekday = np.floor(fractions["weekday"] * 7)
+            else:  # not measured (`pairs.modelled`): the week's days evenly
+                weekday = rng.permutation(np.arange(lead.size) % 7).astype(np.float64)
             day = self.monday + 7 * week + weekday
             day = np.where(day < first, day + 7, np.where(day > last, day - 7, day))
         elif "day" in fractions:
@@ -140,9 +143,10 @@ class Clock:
             day = np.full(lead.size, float(first))
         # the time of day on the declared resolution's grid, floored: a cell of whole hours
         # keeps its hours (rounding to the nearest would move half of each to the next)
-        time = np.floor(fractions["time"] * DAY / self.step) * self.step if "time" in fractions else 0.0
-        wall = day * DAY + time
-        wall = np.clip(wall, first * DAY, (last + 1) * DAY - 1)
+        wall = day * DAY
+        if "time" in fractions:
+            wall = wall + np.floor(fractions["time"] * DAY / self.step) * self.step
+        wall = np.clip(np.where(present, wall, first * DAY), first * DAY, (last + 1) * DAY - 1)
         codes = np.clip(self._code(wall), self.first, self.last)
         unit = (codes - self.lower) / self.width
         if self.flag is None and self.nullable:
