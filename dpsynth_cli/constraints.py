@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from dpsynth_cli.errors import UsageError
 
@@ -59,17 +61,47 @@ HOW_TEXT = (
 _TOKEN = re.compile(
     r"\s*(?:(?P<number>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)"
     r"|(?P<name>[A-Za-z_][A-Za-z0-9_]*)|`(?P<quoted>[^`]+)`"
-    r"|(?P<compare><=|>=|==|<|>)|(?P<punct>[-+*()]))"
+    r"|(?P<compare><=|>=|==|<|>)|(?P<punct>[-+*(),]))"
 )
 _FLIP = {"<=": ">=", ">=": "<=", "<": ">", ">": "<", "==": "=="}
 
 
+# Calendar parts of a date or datetime column, on its wall clock (`calendar_part`): the kinds of
+# column each takes. `floor` takes any column; `days_in_month` two integer columns.
+CALENDAR = {
+    "year": ("date", "datetime"),
+    "month": ("date", "datetime"),
+    "day": ("date", "datetime"),
+    "weekday": ("date", "datetime"),
+    "hour": ("datetime",),
+    "minute": ("datetime",),
+}
+FUNCTIONS = ("floor", *CALENDAR, "days_in_month")
+
+
 @dataclass(frozen=True)
 class Term:
-    """A column's value in constraint units, or (`floor`) its value rounded down."""
+    """A column's value in constraint units, or a function of it: `floor` (rounded down), a
+    calendar part (`CALENDAR`: year, month 1-12, day of month 1-31, weekday Monday = 0, hour
+    0-23, minute 0-59 on the column's wall clock), or `days_in_month` of the year `column` and
+    the month `second` (integer columns)."""
 
     column: str
-    floor: bool = False
+    function: str = ""
+    second: str | None = None
+
+    @property
+    def floor(self) -> bool:
+        return self.function == "floor"
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return (self.column,) if self.second is None else (self.column, self.second)
+
+    def __str__(self) -> str:
+        if not self.function:
+            return self.column
+        return f"{self.function}({', '.join(self.columns)})"
 
 
 @dataclass(frozen=True)
@@ -86,7 +118,8 @@ class Constraint:
 
     @property
     def columns(self) -> tuple[str, ...]:
-        names = [t.column for t, _ in self.terms] + ([self.target] if self.target else [])
+        names = [n for t, _ in self.terms for n in t.columns]
+        names += [self.target] if self.target else []
         return tuple(dict.fromkeys(names))
 
     @property
@@ -174,17 +207,31 @@ class _Side:
         if kind == "quoted":
             return 1.0, Term(value)
         if kind == "name" and self.peek() == ("punct", "("):
-            if value != "floor":
-                raise self.fail(f"unknown function '{value}' (only floor(column) is linear here)")
-            self.take()
-            inner = self.take()
-            if inner[0] not in ("name", "quoted") or self.take() != ("punct", ")"):
-                raise self.fail("floor takes one column, e.g. floor(admitted_at)")
-            return 1.0, Term(inner[1], floor=True)
+            return 1.0, self.function(value)
         if kind == "name":
             return 1.0, Term(value)
         shown = value or "the end"
         raise self.fail(f"expected a number or a column at '{shown}'")
+
+    def function(self, name: str) -> Term:
+        """`name(column)`, or `days_in_month(year, month)`: the '(' is next."""
+        if name not in FUNCTIONS:
+            known = ", ".join(f"{f}()" for f in FUNCTIONS)
+            raise self.fail(f"unknown function '{name}' (the known ones: {known})")
+        self.take()
+        arity = 2 if name == "days_in_month" else 1
+        example = {
+            "floor": "floor(admitted_at)",
+            "days_in_month": "days_in_month(year, month)",
+        }.get(name, f"{name}(time_hour)")
+        names = []
+        for closing in [","] * (arity - 1) + [")"]:
+            inner, end = self.take(), self.take()
+            if inner[0] not in ("name", "quoted") or end != ("punct", closing):
+                count = "one column" if arity == 1 else "two columns"
+                raise self.fail(f"{name} takes {count}, e.g. {example}")
+            names.append(inner[1])
+        return Term(names[0], name, names[1] if arity == 2 else None)
 
 
 def parse_constraint(text: object, where: str) -> Constraint:
@@ -213,11 +260,11 @@ def parse_constraint(text: object, where: str) -> Constraint:
 
 
 def _lone(side: _Side) -> str | None:
-    """The column a side is exactly (coefficient 1, no floor, no constant), else None."""
+    """The column a side is exactly (coefficient 1, no function, no constant), else None."""
     if side.constant != 0.0 or len(side.terms) != 1:
         return None
     ((term, c),) = side.terms.items()
-    return term.column if c == 1.0 and not term.floor else None
+    return term.column if c == 1.0 and not term.function else None
 
 
 def _derivation(text: str, left: _Side, right: _Side, where: str) -> Constraint:
@@ -231,7 +278,7 @@ def _derivation(text: str, left: _Side, right: _Side, where: str) -> Constraint:
             "other side",
             where,
         )
-    if any(t.column == target for t in expression.terms):
+    if any(target in t.columns for t in expression.terms):
         raise constraint_error(text, f"column '{target}' is on both sides", where)
     kept = tuple((t, c) for t, c in expression.terms.items() if c != 0.0)
     return Constraint(text, kept, expression.constant, "==", target)
@@ -257,7 +304,8 @@ def parse_constraints(
 
 
 def check_kinds(constraint: Constraint, columns: dict[str, ColumnSpec], where: str) -> None:
-    """Every column of the constraint must be float, integer, date or datetime (a column whose
+    """Every column of the constraint must be float, integer, date or datetime, a calendar part's
+    a date or datetime (hour and minute: a datetime), days_in_month's integers (a column whose
     kind is not declared yet is checked again once it is resolved)."""
     for name in constraint.columns:
         kind = columns[name].kind if name in columns else ""
@@ -268,6 +316,19 @@ def check_kinds(constraint: Constraint, columns: dict[str, ColumnSpec], where: s
                 "and datetime columns",
                 where,
             )
+    for term, _ in constraint.terms:
+        wanted = CALENDAR.get(term.function)
+        if term.function == "days_in_month":
+            wanted = ("integer",)
+        for name in term.columns if wanted else ():
+            kind = columns[name].kind if name in columns else ""
+            if kind and kind not in wanted:
+                takes = " or ".join(f"a {k}" for k in wanted)
+                raise constraint_error(
+                    constraint.text,
+                    f"{term.function}() takes {takes} column; '{name}' is a {kind} column",
+                    where,
+                )
 
 
 def check_derivations(constraints: Sequence[Constraint], where: str) -> None:
@@ -282,12 +343,12 @@ def check_derivations(constraints: Sequence[Constraint], where: str) -> None:
         if c.target is not None:
             derived[c.target] = c
     for c in constraints:
-        for term, _ in c.terms if c.derives else ():
-            if term.column in derived:
+        for name in (n for t, _ in c.terms for n in t.columns) if c.derives else ():
+            if name in derived:
                 raise constraint_error(
                     c.text,
-                    f"column '{term.column}' is derived (\"{derived[term.column].text}\") and "
-                    "may not be used to derive another column",
+                    f"column '{name}' is derived (\"{derived[name].text}\") and may not be used "
+                    "to derive another column",
                     where,
                 )
 
@@ -327,13 +388,79 @@ def describe(
     return block
 
 
-def evaluate(c: Constraint, values: dict[str, np.ndarray]) -> np.ndarray:
-    """sum(coefficient * term) + constant per row (NaN where a column is missing)."""
+def evaluate(
+    c: Constraint, values: dict[str, np.ndarray], zones: dict[str, str] | None = None
+) -> np.ndarray:
+    """sum(coefficient * term) + constant per row (NaN where a column is missing); `zones`: the
+    time zone of each zoned datetime column (its calendar parts are read on that wall clock)."""
     n = next(iter(values.values())).shape[0] if values else 0
     total = np.full(n, c.constant)
     for term, coefficient in c.terms:
-        v = values[term.column]
-        total += coefficient * (np.floor(v) if term.floor else v)
+        total += coefficient * term_values(term, values, zones or {})
     if c.target is not None:
         total[np.isnan(values[c.target])] = np.nan
     return total
+
+
+def term_values(term: Term, values: dict[str, np.ndarray], zones: dict[str, str]) -> np.ndarray:
+    """One term per row (NaN where a column is missing)."""
+    v = values[term.column]
+    if not term.function:
+        return v
+    if term.function == "floor":
+        return np.floor(v)
+    if term.function == "days_in_month":
+        return days_in_month(v, values[term.second or ""])
+    return calendar_part(term.function, v, zones.get(term.column))
+
+
+SECONDS_PER_DAY = 86400
+_MONTH_DAYS = np.array([31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], dtype=np.float64)
+
+
+def days_in_month(year: np.ndarray, month: np.ndarray) -> np.ndarray:
+    """The number of days of month `month` (1-12) of year `year` in the proleptic Gregorian
+    calendar (a leap year: divisible by 4, not by 100 unless by 400); NaN where either is missing,
+    not a whole number, or the month is not 1-12 (the constraint then does not apply)."""
+    ok = (month >= 1) & (month <= 12) & (month == np.floor(month)) & (year == np.floor(year))
+    index = np.where(ok, month, 1).astype(np.int64) - 1
+    leap = ((np.mod(year, 4) == 0) & (np.mod(year, 100) != 0)) | (np.mod(year, 400) == 0)
+    days = _MONTH_DAYS[index] + ((index == 1) & leap)
+    return np.where(ok, days, np.nan)
+
+
+def wall_seconds(days: np.ndarray, zone: str | None) -> np.ndarray:
+    """Whole wall-clock seconds since 1970-01-01T00:00 of values in constraint units (days;
+    instants for a zoned column, read on its zone's clock), as floats (NaN kept)."""
+    missing = np.isnan(days)
+    seconds = np.where(missing, 0.0, np.round(days * SECONDS_PER_DAY))
+    if zone is not None:
+        stamps = pa.array(seconds.astype(np.int64), pa.timestamp("s", zone))
+        local = pc.cast(pc.local_timestamp(stamps), pa.int64())
+        seconds = local.to_numpy(zero_copy_only=False).astype(np.float64)
+    return np.where(missing, np.nan, seconds)
+
+
+def calendar_part(function: str, days: np.ndarray, zone: str | None) -> np.ndarray:
+    """A calendar part (`CALENDAR`) of date or datetime values in constraint units, on the wall
+    clock (in `zone` for a zoned datetime): year; month 1-12; day of month 1-31; weekday, Monday
+    0 to Sunday 6; hour 0-23; minute 0-59. NaN where missing."""
+    seconds = wall_seconds(days, zone)
+    missing = np.isnan(seconds)
+    whole = np.where(missing, 0, seconds).astype(np.int64)
+    date = np.floor_divide(whole, SECONDS_PER_DAY)
+    if function == "hour":
+        part = np.floor_divide(np.mod(whole, SECONDS_PER_DAY), 3600)
+    elif function == "minute":
+        part = np.floor_divide(np.mod(whole, 3600), 60)
+    elif function == "weekday":
+        part = np.mod(date + 3, 7)  # 1970-01-01 was a Thursday
+    else:
+        months = date.astype("datetime64[D]").astype("datetime64[M]")
+        if function == "year":
+            part = months.astype("datetime64[Y]").astype(np.int64) + 1970
+        elif function == "month":
+            part = np.mod(months.astype(np.int64), 12) + 1
+        else:  # day
+            part = date - months.astype("datetime64[D]").astype(np.int64) + 1
+    return np.where(missing, np.nan, part.astype(np.float64))
