@@ -8,13 +8,28 @@ admission, a total equals its parts). The schema declares them next to its colum
                      "length_of_stay == discharged - floor(admitted_at)"]}
 
 A constraint compares two linear expressions with one of <=, >=, <, >, ==. An expression is a
-sum (+, -) of terms: a number, a column, `floor(column)`, or a number times one of these
-(`2 * a`, `a * 2`). A column name that is not an identifier is quoted with backticks
+sum (+, -) of terms: a number, a column, a function of columns (below), or a number times one of
+these (`2 * a`, `a * 2`). A column name that is not an identifier is quoted with backticks
 (`` `length of stay` ``). Only float, integer, date and datetime columns take part, in these
 units: a float or integer column its value; a date its days since 1970-01-01; a datetime its
 days (with the fraction of the day) since 1970-01-01T00:00 UTC, or since 1970-01-01T00:00
 wall-clock time for a column without a time zone. So `floor(admitted_at)` is the calendar date
 of a date-time (in UTC for a zoned column) and dates and date-times compare and subtract.
+
+The functions (issue 36, "the calendar is respected"), each a term like a column:
+- `floor(c)`: c rounded down.
+- calendar parts of a date or datetime column c, read on its wall clock (in its declared time
+  zone for a zoned column, as written for one without): `year(c)`, `month(c)` (1-12), `day(c)`
+  (day of the month, 1-31), `weekday(c)` (Monday 0 ... Sunday 6), and of a datetime only
+  `hour(c)` (0-23) and `minute(c)` (0-59). `"month == month(time_hour)"` derives an integer
+  column month from time_hour, so the parts always agree with the date-time; `"hour(t) >= 5"`
+  conditions.
+- `days_in_month(y, m)` of two integer columns, a year and a month: 28-31 (proleptic
+  Gregorian: a leap year is divisible by 4, not by 100 unless by 400). `"day <=
+  days_in_month(year, month)"` keeps out Feb 30, Apr 31 and Feb 29 of a non-leap year when the
+  parts are separate columns. A month that is not a whole number in 1-12 counts as missing.
+A function of a column of the wrong kind (the hour of a date, the days in a month of a float
+year) is a usage error naming the constraint, checked against the declared kinds.
 
 An equality with one column alone on one side (the left one if both are) derives that column:
 every output row gets it computed from the other side (rounded as the column is written: to a
@@ -23,7 +38,10 @@ float). Every other constraint, and a derived value outside its column's bounds,
 output: rows that break it are replaced by fresh rows of the released model
 (`mechanisms.conditioned`). A constraint does not apply to a row in which one of its columns is
 missing (a nullable column). Constraints are declarations, like the columns: nothing here reads
-the data, and enforcing them is post-processing of the release.
+the data, and enforcing them is post-processing of the release. That holds for the calendar too:
+its functions read only released rows and the declared time zone, and no value decides
+anything here (a month out of range makes its row's constraint not apply, never an error;
+every error is about the declarations and raised before any row is read).
 """
 
 from __future__ import annotations
@@ -47,7 +65,11 @@ KINDS = ("float", "integer", "date", "datetime")
 UNITS_TEXT = (
     "a float or integer column: its value; a date: days since 1970-01-01; a datetime: days "
     "(with the fraction of the day) since 1970-01-01T00:00 UTC, wall-clock for a column without "
-    "a time zone; floor(column) rounds down (the calendar date of a datetime)"
+    "a time zone; floor(column) rounds down (the calendar date of a datetime); year(c), "
+    "month(c) (1-12), day(c) (1-31), weekday(c) (Monday 0 ... Sunday 6) of a date or datetime "
+    "and hour(c) (0-23), minute(c) (0-59) of a datetime are read on the column's wall clock "
+    "(in its declared time zone); days_in_month(year, month) of two integer columns is 28-31 "
+    "(Gregorian leap years), missing for a month outside 1-12"
 )
 MISSING_TEXT = "a constraint does not apply to a row in which one of its columns is missing"
 HOW_TEXT = (
@@ -323,12 +345,20 @@ def check_kinds(constraint: Constraint, columns: dict[str, ColumnSpec], where: s
         for name in term.columns if wanted else ():
             kind = columns[name].kind if name in columns else ""
             if kind and kind not in wanted:
-                takes = " or ".join(f"a {k}" for k in wanted)
+                takes = (
+                    "integer columns"
+                    if term.function == "days_in_month"
+                    else (f"{_a(wanted[0])} {' or '.join(wanted)} column")
+                )
                 raise constraint_error(
                     constraint.text,
-                    f"{term.function}() takes {takes} column; '{name}' is a {kind} column",
+                    f"{term.function}() takes {takes}; '{name}' is {_a(kind)} {kind} column",
                     where,
                 )
+
+
+def _a(word: str) -> str:
+    return "an" if word[0] in "aeiou" else "a"
 
 
 def check_derivations(constraints: Sequence[Constraint], where: str) -> None:
