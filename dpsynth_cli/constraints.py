@@ -459,38 +459,27 @@ def days_in_month(year: np.ndarray, month: np.ndarray) -> np.ndarray:
     return np.where(ok, days, np.nan)
 
 
-def wall_seconds(days: np.ndarray, zone: str | None) -> np.ndarray:
-    """Whole wall-clock seconds since 1970-01-01T00:00 of values in constraint units (days;
-    instants for a zoned column, read on its zone's clock), as floats (NaN kept)."""
-    missing = np.isnan(days)
-    seconds = np.where(missing, 0.0, np.round(days * SECONDS_PER_DAY))
-    if zone is not None:
-        stamps = pa.array(seconds.astype(np.int64), pa.timestamp("s", zone))
-        local = pc.cast(pc.local_timestamp(stamps), pa.int64())
-        seconds = local.to_numpy(zero_copy_only=False).astype(np.float64)
-    return np.where(missing, np.nan, seconds)
+def _weekday(stamps: pa.Array) -> pa.Array:
+    return pc.day_of_week(stamps, count_from_zero=True, week_start=1)  # Monday 0 ... Sunday 6
+
+
+_PARTS = {
+    "year": pc.year,
+    "month": pc.month,
+    "day": pc.day,
+    "hour": pc.hour,
+    "minute": pc.minute,
+    "weekday": _weekday,
+}
 
 
 def calendar_part(function: str, days: np.ndarray, zone: str | None) -> np.ndarray:
-    """A calendar part (`CALENDAR`) of date or datetime values in constraint units, on the wall
-    clock (in `zone` for a zoned datetime): year; month 1-12; day of month 1-31; weekday, Monday
-    0 to Sunday 6; hour 0-23; minute 0-59. NaN where missing."""
-    seconds = wall_seconds(days, zone)
-    missing = np.isnan(seconds)
-    whole = np.where(missing, 0, seconds).astype(np.int64)
-    date = np.floor_divide(whole, SECONDS_PER_DAY)
-    if function == "hour":
-        part = np.floor_divide(np.mod(whole, SECONDS_PER_DAY), 3600)
-    elif function == "minute":
-        part = np.floor_divide(np.mod(whole, 3600), 60)
-    elif function == "weekday":
-        part = np.mod(date + 3, 7)  # 1970-01-01 was a Thursday
-    else:
-        months = date.astype("datetime64[D]").astype("datetime64[M]")
-        if function == "year":
-            part = months.astype("datetime64[Y]").astype(np.int64) + 1970
-        elif function == "month":
-            part = np.mod(months.astype(np.int64), 12) + 1
-        else:  # day
-            part = date - months.astype("datetime64[D]").astype(np.int64) + 1
-    return np.where(missing, np.nan, part.astype(np.float64))
+    """A calendar part (`CALENDAR`) of date or datetime values in constraint units (days since
+    the epoch, whole seconds as written), on the wall clock (in `zone` for a zoned datetime,
+    whose values are instants): year; month 1-12; day of month 1-31; weekday, Monday 0 to
+    Sunday 6; hour 0-23; minute 0-59. NaN where missing."""
+    missing = np.isnan(days)
+    seconds = np.where(missing, 0.0, np.round(days * SECONDS_PER_DAY)).astype(np.int64)
+    stamps = pa.array(seconds, pa.timestamp("s", zone))
+    part = _PARTS[function](stamps).to_numpy(zero_copy_only=False).astype(np.float64)
+    return np.where(missing, np.nan, part)
