@@ -380,3 +380,29 @@ def test_cli_derived_parts_agree_with_their_datetime(tmp_path):
     report = json.loads((tmp_path / "derived.parquet.report.json").read_text())
     want = dict(zip(["month", "day", "hour"], texts, strict=True))
     assert report["constraints"]["derived"] == want
+
+
+def test_cli_a_calendar_function_of_the_wrong_kind_is_one_line_and_exit_2(
+    runner, tmp_path, private_budget
+):
+    """Checked against the declarations before any row is read: no output, no spend."""
+    from dpsynth_cli.cli import app
+
+    pq.write_table(
+        pa.table({"d": pa.array([0, 1, 2], pa.date32()), "h": [1, 2, 3]}), tmp_path / "in.parquet"
+    )
+    columns = {
+        "d": {"type": "date", "lower": "1970-01-01", "upper": "1970-12-31"},
+        "h": {"type": "integer", "lower": 0, "upper": 23},
+    }
+    (tmp_path / "s.json").write_text(
+        json.dumps({"columns": columns, "constraints": ["h == hour(d)"]})
+    )
+    out = tmp_path / "out.csv"
+    args = ["synth", str(tmp_path / "in.parquet"), "--eps", "1", "-o", str(out)]
+    result = runner.invoke(app, [*args, "--schema", str(tmp_path / "s.json")])
+    assert result.exit_code == 2 and not out.exists() and result.stderr.count("\n") == 1
+    assert not private_budget.exists() or "releases" not in private_budget.read_text()
+    assert "constraint \"h == hour(d)\": hour() takes a datetime column; 'd' is a date column" in (
+        result.stderr
+    )
