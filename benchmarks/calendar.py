@@ -12,7 +12,8 @@ distance and time_hour (the scheduled hour, a datetime in America/New_York decla
 
 For each output: the share of rows whose (year, month, day) is not a real date, the share whose
 month, day and hour all agree with time_hour's New York wall clock (and each part's, and the
-year's, which is declared 2012-2014 and not derived), and the run's wall seconds.
+year's, which is declared 2012-2014 and not derived), the TVD between the real and synthetic
+shares of month, day and hour, and the run's wall seconds.
 
     cd REPO && PYTHONPATH=$PWD:/tmp/nyc python -m benchmarks.calendar [--seeds 1,2,3] > out.md
 
@@ -93,6 +94,12 @@ def agreement(frame: pd.DataFrame) -> dict[str, float]:
     return out
 
 
+def tvd(real: pd.Series, synthetic: pd.Series) -> float:
+    """Total variation distance between the shares of the values of two columns."""
+    p, q = (c.value_counts(normalize=True) for c in (real, synthetic))
+    return float(0.5 * p.sub(q, fill_value=0).abs().sum())
+
+
 def run(data: Path, schema: dict, seed: int, work: Path) -> tuple[pd.DataFrame, float]:
     (work / "s.json").write_text(json.dumps(schema))
     out = work / f"out-{seed}.parquet"
@@ -111,8 +118,9 @@ def main() -> None:
     seeds = [int(s) for s in args.seeds.split(",")]
     real = flights(args.rows)
     print(f"real rows: impossible {impossible(real):.4f}, agree {agreement(real)}\n")
-    print("| setting | seed | impossible dates | month | day | hour | all three | year | seconds |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    head = "| setting | seed | impossible dates | month | day | hour | all three | year |"
+    print(head + " TVD month, day, hour | seconds |")
+    print("|---" * 10 + "|")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for name, (with_time, constraints) in SETTINGS.items():
@@ -124,7 +132,8 @@ def main() -> None:
                 out, seconds = run(data, schema, seed, work)
                 agree = agreement(out) if with_time else dict.fromkeys((*PARTS, "all", "year"))
                 shown = ["-" if v is None else f"{v:.1%}" for v in agree.values()]
-                row = [name, str(seed), f"{impossible(out):.2%}", *shown, f"{seconds:.1f}"]
+                tvds = ", ".join(f"{tvd(real[p], out[p]):.3f}" for p in PARTS)
+                row = [name, str(seed), f"{impossible(out):.2%}", *shown, tvds, f"{seconds:.1f}"]
                 print("| " + " | ".join(row) + " |", flush=True)
 
 
