@@ -8,13 +8,28 @@ admission, a total equals its parts). The schema declares them next to its colum
                      "length_of_stay == discharged - floor(admitted_at)"]}
 
 A constraint compares two linear expressions with one of <=, >=, <, >, ==. An expression is a
-sum (+, -) of terms: a number, a column, `floor(column)`, or a number times one of these
-(`2 * a`, `a * 2`). A column name that is not an identifier is quoted with backticks
+sum (+, -) of terms: a number, a column, a function of columns (below), or a number times one of
+these (`2 * a`, `a * 2`). A column name that is not an identifier is quoted with backticks
 (`` `length of stay` ``). Only float, integer, date and datetime columns take part, in these
 units: a float or integer column its value; a date its days since 1970-01-01; a datetime its
 days (with the fraction of the day) since 1970-01-01T00:00 UTC, or since 1970-01-01T00:00
 wall-clock time for a column without a time zone. So `floor(admitted_at)` is the calendar date
 of a date-time (in UTC for a zoned column) and dates and date-times compare and subtract.
+
+The functions (issue 36, "the calendar is respected"), each a term like a column:
+- `floor(c)`: c rounded down.
+- calendar parts of a date or datetime column c, read on its wall clock (in its declared time
+  zone for a zoned column, as written for one without): `year(c)`, `month(c)` (1-12), `day(c)`
+  (day of the month, 1-31), `weekday(c)` (Monday 0 ... Sunday 6), and of a datetime only
+  `hour(c)` (0-23) and `minute(c)` (0-59). `"month == month(time_hour)"` derives an integer
+  column month from time_hour, so the parts always agree with the date-time; `"hour(t) >= 5"`
+  conditions.
+- `days_in_month(y, m)` of two integer columns, a year and a month: 28-31 (proleptic
+  Gregorian: a leap year is divisible by 4, not by 100 unless by 400). `"day <=
+  days_in_month(year, month)"` keeps out Feb 30, Apr 31 and Feb 29 of a non-leap year when the
+  parts are separate columns. A month that is not a whole number in 1-12 counts as missing.
+A function of a column of the wrong kind (the hour of a date, the days in a month of a float
+year) is a usage error naming the constraint, checked against the declared kinds.
 
 An equality with one column alone on one side (the left one if both are) derives that column:
 every output row gets it computed from the other side (rounded as the column is written: to a
@@ -23,7 +38,10 @@ float). Every other constraint, and a derived value outside its column's bounds,
 output: rows that break it are replaced by fresh rows of the released model
 (`mechanisms.conditioned`). A constraint does not apply to a row in which one of its columns is
 missing (a nullable column). Constraints are declarations, like the columns: nothing here reads
-the data, and enforcing them is post-processing of the release.
+the data, and enforcing them is post-processing of the release. That holds for the calendar too:
+its functions read only released rows and the declared time zone, and no value decides
+anything here (a month out of range makes its row's constraint not apply, never an error;
+every error is about the declarations and raised before any row is read).
 """
 
 from __future__ import annotations
@@ -35,6 +53,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from dpsynth_cli.errors import UsageError
 
@@ -45,7 +65,11 @@ KINDS = ("float", "integer", "date", "datetime")
 UNITS_TEXT = (
     "a float or integer column: its value; a date: days since 1970-01-01; a datetime: days "
     "(with the fraction of the day) since 1970-01-01T00:00 UTC, wall-clock for a column without "
-    "a time zone; floor(column) rounds down (the calendar date of a datetime)"
+    "a time zone; floor(column) rounds down (the calendar date of a datetime); year(c), "
+    "month(c) (1-12), day(c) (1-31), weekday(c) (Monday 0 ... Sunday 6) of a date or datetime "
+    "and hour(c) (0-23), minute(c) (0-59) of a datetime are read on the column's wall clock "
+    "(in its declared time zone); days_in_month(year, month) of two integer columns is 28-31 "
+    "(Gregorian leap years), missing for a month outside 1-12"
 )
 MISSING_TEXT = "a constraint does not apply to a row in which one of its columns is missing"
 HOW_TEXT = (
@@ -59,17 +83,47 @@ HOW_TEXT = (
 _TOKEN = re.compile(
     r"\s*(?:(?P<number>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)"
     r"|(?P<name>[A-Za-z_][A-Za-z0-9_]*)|`(?P<quoted>[^`]+)`"
-    r"|(?P<compare><=|>=|==|<|>)|(?P<punct>[-+*()]))"
+    r"|(?P<compare><=|>=|==|<|>)|(?P<punct>[-+*(),]))"
 )
 _FLIP = {"<=": ">=", ">=": "<=", "<": ">", ">": "<", "==": "=="}
 
 
+# Calendar parts of a date or datetime column, on its wall clock (`calendar_part`): the kinds of
+# column each takes. `floor` takes any column; `days_in_month` two integer columns.
+CALENDAR = {
+    "year": ("date", "datetime"),
+    "month": ("date", "datetime"),
+    "day": ("date", "datetime"),
+    "weekday": ("date", "datetime"),
+    "hour": ("datetime",),
+    "minute": ("datetime",),
+}
+FUNCTIONS = ("floor", *CALENDAR, "days_in_month")
+
+
 @dataclass(frozen=True)
 class Term:
-    """A column's value in constraint units, or (`floor`) its value rounded down."""
+    """A column's value in constraint units, or a function of it: `floor` (rounded down), a
+    calendar part (`CALENDAR`: year, month 1-12, day of month 1-31, weekday Monday = 0, hour
+    0-23, minute 0-59 on the column's wall clock), or `days_in_month` of the year `column` and
+    the month `second` (integer columns)."""
 
     column: str
-    floor: bool = False
+    function: str = ""
+    second: str | None = None
+
+    @property
+    def floor(self) -> bool:
+        return self.function == "floor"
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return (self.column,) if self.second is None else (self.column, self.second)
+
+    def __str__(self) -> str:
+        if not self.function:
+            return self.column
+        return f"{self.function}({', '.join(self.columns)})"
 
 
 @dataclass(frozen=True)
@@ -86,7 +140,8 @@ class Constraint:
 
     @property
     def columns(self) -> tuple[str, ...]:
-        names = [t.column for t, _ in self.terms] + ([self.target] if self.target else [])
+        names = [n for t, _ in self.terms for n in t.columns]
+        names += [self.target] if self.target else []
         return tuple(dict.fromkeys(names))
 
     @property
@@ -174,17 +229,31 @@ class _Side:
         if kind == "quoted":
             return 1.0, Term(value)
         if kind == "name" and self.peek() == ("punct", "("):
-            if value != "floor":
-                raise self.fail(f"unknown function '{value}' (only floor(column) is linear here)")
-            self.take()
-            inner = self.take()
-            if inner[0] not in ("name", "quoted") or self.take() != ("punct", ")"):
-                raise self.fail("floor takes one column, e.g. floor(admitted_at)")
-            return 1.0, Term(inner[1], floor=True)
+            return 1.0, self.function(value)
         if kind == "name":
             return 1.0, Term(value)
         shown = value or "the end"
         raise self.fail(f"expected a number or a column at '{shown}'")
+
+    def function(self, name: str) -> Term:
+        """`name(column)`, or `days_in_month(year, month)`: the '(' is next."""
+        if name not in FUNCTIONS:
+            known = ", ".join(f"{f}()" for f in FUNCTIONS)
+            raise self.fail(f"unknown function '{name}' (the known ones: {known})")
+        self.take()
+        arity = 2 if name == "days_in_month" else 1
+        example = {
+            "floor": "floor(admitted_at)",
+            "days_in_month": "days_in_month(year, month)",
+        }.get(name, f"{name}(time_hour)")
+        names = []
+        for closing in [","] * (arity - 1) + [")"]:
+            inner, end = self.take(), self.take()
+            if inner[0] not in ("name", "quoted") or end != ("punct", closing):
+                count = "one column" if arity == 1 else "two columns"
+                raise self.fail(f"{name} takes {count}, e.g. {example}")
+            names.append(inner[1])
+        return Term(names[0], name, names[1] if arity == 2 else None)
 
 
 def parse_constraint(text: object, where: str) -> Constraint:
@@ -213,11 +282,11 @@ def parse_constraint(text: object, where: str) -> Constraint:
 
 
 def _lone(side: _Side) -> str | None:
-    """The column a side is exactly (coefficient 1, no floor, no constant), else None."""
+    """The column a side is exactly (coefficient 1, no function, no constant), else None."""
     if side.constant != 0.0 or len(side.terms) != 1:
         return None
     ((term, c),) = side.terms.items()
-    return term.column if c == 1.0 and not term.floor else None
+    return term.column if c == 1.0 and not term.function else None
 
 
 def _derivation(text: str, left: _Side, right: _Side, where: str) -> Constraint:
@@ -231,7 +300,7 @@ def _derivation(text: str, left: _Side, right: _Side, where: str) -> Constraint:
             "other side",
             where,
         )
-    if any(t.column == target for t in expression.terms):
+    if any(target in t.columns for t in expression.terms):
         raise constraint_error(text, f"column '{target}' is on both sides", where)
     kept = tuple((t, c) for t, c in expression.terms.items() if c != 0.0)
     return Constraint(text, kept, expression.constant, "==", target)
@@ -257,7 +326,8 @@ def parse_constraints(
 
 
 def check_kinds(constraint: Constraint, columns: dict[str, ColumnSpec], where: str) -> None:
-    """Every column of the constraint must be float, integer, date or datetime (a column whose
+    """Every column of the constraint must be float, integer, date or datetime, a calendar part's
+    a date or datetime (hour and minute: a datetime), days_in_month's integers (a column whose
     kind is not declared yet is checked again once it is resolved)."""
     for name in constraint.columns:
         kind = columns[name].kind if name in columns else ""
@@ -268,6 +338,27 @@ def check_kinds(constraint: Constraint, columns: dict[str, ColumnSpec], where: s
                 "and datetime columns",
                 where,
             )
+    for term, _ in constraint.terms:
+        wanted = CALENDAR.get(term.function)
+        if term.function == "days_in_month":
+            wanted = ("integer",)
+        for name in term.columns if wanted else ():
+            kind = columns[name].kind if name in columns else ""
+            if kind and kind not in wanted:
+                takes = (
+                    "integer columns"
+                    if term.function == "days_in_month"
+                    else (f"{_a(wanted[0])} {' or '.join(wanted)} column")
+                )
+                raise constraint_error(
+                    constraint.text,
+                    f"{term.function}() takes {takes}; '{name}' is {_a(kind)} {kind} column",
+                    where,
+                )
+
+
+def _a(word: str) -> str:
+    return "an" if word[0] in "aeiou" else "a"
 
 
 def check_derivations(constraints: Sequence[Constraint], where: str) -> None:
@@ -282,12 +373,12 @@ def check_derivations(constraints: Sequence[Constraint], where: str) -> None:
         if c.target is not None:
             derived[c.target] = c
     for c in constraints:
-        for term, _ in c.terms if c.derives else ():
-            if term.column in derived:
+        for name in (n for t, _ in c.terms for n in t.columns) if c.derives else ():
+            if name in derived:
                 raise constraint_error(
                     c.text,
-                    f"column '{term.column}' is derived (\"{derived[term.column].text}\") and "
-                    "may not be used to derive another column",
+                    f"column '{name}' is derived (\"{derived[name].text}\") and may not be used "
+                    "to derive another column",
                     where,
                 )
 
@@ -327,13 +418,68 @@ def describe(
     return block
 
 
-def evaluate(c: Constraint, values: dict[str, np.ndarray]) -> np.ndarray:
-    """sum(coefficient * term) + constant per row (NaN where a column is missing)."""
+def evaluate(
+    c: Constraint, values: dict[str, np.ndarray], zones: dict[str, str] | None = None
+) -> np.ndarray:
+    """sum(coefficient * term) + constant per row (NaN where a column is missing); `zones`: the
+    time zone of each zoned datetime column (its calendar parts are read on that wall clock)."""
     n = next(iter(values.values())).shape[0] if values else 0
     total = np.full(n, c.constant)
     for term, coefficient in c.terms:
-        v = values[term.column]
-        total += coefficient * (np.floor(v) if term.floor else v)
+        total += coefficient * term_values(term, values, zones or {})
     if c.target is not None:
         total[np.isnan(values[c.target])] = np.nan
     return total
+
+
+def term_values(term: Term, values: dict[str, np.ndarray], zones: dict[str, str]) -> np.ndarray:
+    """One term per row (NaN where a column is missing)."""
+    v = values[term.column]
+    if not term.function:
+        return v
+    if term.function == "floor":
+        return np.floor(v)
+    if term.function == "days_in_month":
+        return days_in_month(v, values[term.second or ""])
+    return calendar_part(term.function, v, zones.get(term.column))
+
+
+SECONDS_PER_DAY = 86400
+_MONTH_DAYS = np.array([31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], dtype=np.float64)
+
+
+def days_in_month(year: np.ndarray, month: np.ndarray) -> np.ndarray:
+    """The number of days of month `month` (1-12) of year `year` in the proleptic Gregorian
+    calendar (a leap year: divisible by 4, not by 100 unless by 400); NaN where either is missing,
+    not a whole number, or the month is not 1-12 (the constraint then does not apply)."""
+    ok = (month >= 1) & (month <= 12) & (month == np.floor(month)) & (year == np.floor(year))
+    index = np.where(ok, month, 1).astype(np.int64) - 1
+    leap = ((np.mod(year, 4) == 0) & (np.mod(year, 100) != 0)) | (np.mod(year, 400) == 0)
+    days = _MONTH_DAYS[index] + ((index == 1) & leap)
+    return np.where(ok, days, np.nan)
+
+
+def _weekday(stamps: pa.Array) -> pa.Array:
+    return pc.day_of_week(stamps, count_from_zero=True, week_start=1)  # Monday 0 ... Sunday 6
+
+
+_PARTS = {
+    "year": pc.year,
+    "month": pc.month,
+    "day": pc.day,
+    "hour": pc.hour,
+    "minute": pc.minute,
+    "weekday": _weekday,
+}
+
+
+def calendar_part(function: str, days: np.ndarray, zone: str | None) -> np.ndarray:
+    """A calendar part (`CALENDAR`) of date or datetime values in constraint units (days since
+    the epoch, whole seconds as written), on the wall clock (in `zone` for a zoned datetime,
+    whose values are instants): year; month 1-12; day of month 1-31; weekday, Monday 0 to
+    Sunday 6; hour 0-23; minute 0-59. NaN where missing."""
+    missing = np.isnan(days)
+    seconds = np.where(missing, 0.0, np.round(days * SECONDS_PER_DAY)).astype(np.int64)
+    stamps = pa.array(seconds, pa.timestamp("s", zone))
+    part = _PARTS[function](stamps).to_numpy(zero_copy_only=False).astype(np.float64)
+    return np.where(missing, np.nan, part)

@@ -12,7 +12,7 @@ missing a level of its own (any kind). Any other key (a typo such as "lowr") is 
 (`COLUMN_KEYS`); keys that start with "_" are comments. Cells of these types are read by
 `coltypes` (docs/privacy.md, "Mixed tables"). A column listed without bounds gets a DP bounds
 estimate. An optional "constraints" list declares linear constraints between float, integer,
-date and datetime columns (`constraints`, `load_constraints`).
+date and datetime columns, and their calendar parts (`constraints`, `load_constraints`).
 """
 
 from __future__ import annotations

@@ -54,6 +54,13 @@ class Rules:
                 raise UsageError(f"constraint column '{name}' is not among the chosen columns")
         return {n: names.index(n) for n in used}
 
+    @cached_property
+    def _zones(self) -> dict[str, str]:
+        """The declared time zone of each constrained zoned datetime column (calendar parts are
+        read on its wall clock)."""
+        specs = (self.domain.columns[j] for j in self._columns.values())
+        return {s.name: s.timezone for s in specs if s.kind == "datetime" and s.timezone}
+
     def values(self, unit: np.ndarray) -> dict[str, np.ndarray]:
         """Each constrained column of the rows in constraint units, as written (NaN: missing)."""
         columns = self._columns
@@ -75,7 +82,7 @@ class Rules:
         if derivations:
             values = self.values(unit)  # as written: what the checks judge
         for c in self.constraints:
-            found = evaluate(c, values)
+            found = evaluate(c, values, self._zones)
             applies = ~np.isnan(found)
             if c.derives:
                 target = values[c.target]
@@ -92,7 +99,7 @@ class Rules:
         in bounds; return False for rows whose derived value is out of bounds."""
         j = self._columns[c.target]
         spec = self.domain.columns[j]
-        found = self._rounded(c.target, evaluate(c, values))
+        found = self._rounded(c.target, evaluate(c, values, self._zones))
         applies = ~np.isnan(found) & ~np.isnan(values[c.target])
         lower, upper = _bounds(spec)
         inside = (found >= lower) & (found <= upper)
