@@ -66,6 +66,9 @@ class Rows:
     codes: tuple[int, ...] = ()
     # Integer and date columns (not level columns) whose last code means "missing" (nullable).
     coded_missing: tuple[int, ...] = ()
+    # Declared dependencies (the schema's "determines"), as (determining, determined) cube level
+    # columns, whose map the marginals mechanism learns privately (`pairs.declared_edges`).
+    determines: tuple[tuple[int, int], ...] = ()
 
     def ahead_of(self, kind: type[A]) -> A | None:
         """The statistic of this type that an earlier pass took, if any."""
