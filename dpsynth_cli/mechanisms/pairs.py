@@ -439,11 +439,19 @@ def run(
     noisy_fine = {e: noisy_all[e] for e in fine_edges}
     marg = combined_marginals(noisy_one_way, value_bin, k, noisy, mp)
     joints = {**fit_pairs(noisy, marg, total, mp), **grid.fit(noisy_fine, marg, total, k)}
-    seconds = select_seconds(tables, joints, order, parent, mp, select_source)
-    extra = measure(tables, [(b, c) for c, b in seconds.items()], mp, measure_source)
+    fine_tables = {e: t for e, t in fine_tables.items() if e not in tree}  # (b, c) candidates
+    seconds, fine_c = select_seconds(
+        tables, joints, order, parent, mp, select_source, grid, fine_tables
+    )
+    wanted = [(b, c) for c, b in seconds.items()]
+    chosen = {e: fine_tables[e] if e[1] in fine_c else tables[e] for e in wanted}
+    extra = measure(chosen, wanted, mp, measure_source)
+    fine_edges += [e for e in wanted if e[1] in fine_c]
+    noisy_fine.update({e: extra.pop(e) for e in wanted if e[1] in fine_c})
     marg = combined_marginals(noisy_one_way, value_bin, k, {**noisy, **extra}, mp)
-    joints = {**fit_pairs(noisy, marg, total, mp), **grid.fit(noisy_fine, marg, total, k)}
-    extra = fit_pairs(extra, marg, total, mp)
+    fitted = grid.fit(noisy_fine, marg, total, k)
+    joints = {**fit_pairs(noisy, marg, total, mp), **{e: fitted[e] for e in tree if e in fitted}}
+    extra = {**fit_pairs(extra, marg, total, mp), **{e: fitted[e] for e in wanted if e in fitted}}
     model = build_model(attrs, X.d, value_bin, one_way, marg, order, parent, joints, extra)
     maps = learned_maps(noisy_fine, declared)
     place = grid.refined(model, value_bin, noisy_fine, marg, total, maps)
@@ -588,6 +596,7 @@ def second_candidates(
     joints: dict[tuple[int, int], np.ndarray],
     order: list[int],
     parent: list[int],
+    reference: bool = False,
 ) -> tuple[list[tuple[int, int]], list[int]]:
     """The (c, b) pairs that may give c a second parent b (a tree neighbour of c's parent p
     placed before c) and each one's score: the L1 distance of the (b, c) table in `tables`
@@ -607,7 +616,10 @@ def second_candidates(
             if b != c and position[b] < position[c]:
                 bp = joints[(b, p)] if (b, p) in joints else joints[(p, b)].T
                 candidates.append((c, b))
-                scores.append(score(tables[(b, c)], bp @ given_p))
+                if reference:  # the implied tables themselves (`FineGrid.second`)
+                    candidates[-1] = ((c, b), bp @ given_p)
+                else:
+                    scores.append(score(tables[(b, c)], bp @ given_p))
     return candidates, scores
 
 
@@ -618,19 +630,31 @@ def select_seconds(
     parent: list[int],
     mp: Plan,
     source: noise.RandomSource,
-) -> dict[int, int]:
+    grid: FineGrid | None = None,
+    fine_tables: dict[tuple[int, int], np.ndarray] | None = None,
+) -> tuple[dict[int, int], set[int]]:
     """`mp.extras` rounds of permute-and-flip: attribute c gets a second parent b, a tree
     neighbour of its parent placed before it (so (b, parent, c) is a triangle the sampler can
-    condition on), scored by how far the (b, c) histogram is from what the tree implies."""
+    condition on), scored by how far the (b, c) histogram is from what the tree implies; with
+    a `grid`, a level pair with a fine table is also a candidate on it (`FineGrid.second`).
+    Returns c -> b and the c whose (b, c) is measured on the fine grid."""
     candidates, scores = second_candidates(tables, joints, order, parent)
+    options = [(c, b, False) for c, b in candidates]
+    if grid is not None and fine_tables:
+        more = grid.second(fine_tables, joints, order, parent)
+        options += [(c, b, True) for c, b in more]
+        scores += list(more.values())
     chosen: dict[int, int] = {}
+    on_fine: set[int] = set()
     for _ in range(mp.extras):
-        open_ = [n for n, (c, _b) in enumerate(candidates) if c not in chosen]
+        open_ = [n for n, (c, _b, _f) in enumerate(options) if c not in chosen]
         if not open_:
             break
-        c, b = candidates[open_[_pick(source, [scores[n] for n in open_], mp)]]
+        c, b, fine = options[open_[_pick(source, [scores[n] for n in open_], mp)]]
         chosen[c] = b
-    return chosen
+        if fine:
+            on_fine.add(c)
+    return chosen, on_fine
 
 
 def measure(
@@ -774,6 +798,35 @@ class FineGrid:
             for i, j in self.pairs(k)
             if (i, j) not in skip
         }
+
+    def second(
+        self,
+        tables: dict[tuple[int, int], np.ndarray],
+        joints: dict[tuple[int, int], np.ndarray],
+        order: list[int],
+        parent: list[int],
+    ) -> dict[tuple[int, int], int]:
+        """Second-parent candidates (c, b) between level attributes with a fine table, each
+        scored as `second_candidates` does on the fine grid: the tree's implied (b, c) table
+        split into fine bins by the released one-way shares, less the fine penalty."""
+        candidates, _ = second_candidates({}, joints, order, parent, reference=True)
+        kf = self.k
+        penalty = FINE_PENALTY * math.sqrt(self.plan.pair_variance)
+        out = {}
+        for (c, b), implied in candidates:
+            if (b, c) not in tables:
+                continue
+            sb, sc = self.shares(b), self.shares(c)
+            tb, tc = self.to_coarse[b], self.to_coarse[c]
+            fine = implied[tb][:, tc] * sb[:, None] * sc[None, :]
+            cells = kf[b] * kf[c] - implied.size
+            out[(c, b)] = score(tables[(b, c)], fine) - math.ceil(penalty * cells)
+        return out
+
+    def shares(self, a: int) -> np.ndarray:
+        """Each fine bin's share of its coarse bin (released one-way counts)."""
+        ones = np.ones(int(self.to_coarse[a].max()) + 1)
+        return self.marginal(a, ones)
 
     def marginal(self, a: int, marg: np.ndarray) -> np.ndarray:
         """Attribute a's fine-bin probabilities: its coarse bins' (`marg`) split by the
