@@ -38,7 +38,21 @@ permute-and-flip at eps_S / R is (eps_S / R)-DP (McKenna & Sheldon 2020, Theorem
 rounds compose to eps_S (adaptively: each round's candidates and scores' reference tables depend
 only on earlier releases). Step 5 puts scale sens * R / eps_2 on each of the R histograms: eps_2.
 The grids, bins, R and every scale are functions of public facts (schema, eps, D) and released
-values (the noisy count, the one-way release), never of the rows. Total eps_1 + eps_S + eps_2 =
+values (the noisy count, the one-way release), never of the rows.
+
+Many-level categories (issue 36). A level column keeps every level on its pair grid
+(`attributes.keep_levels`, public). Its fine grid (`FineGrid`, post-processing of the one-way
+release) gives every level with a released count of LEVEL_KEEP two-way noise deviations its own
+bin. A pair of level columns whose fine grid is finer than its bins is a second candidate in
+the same selection rounds (tree and second parents; no extra round, no extra budget), scored
+floor(|H_F - E_F|_1) - ceil(FINE_PENALTY sd x added cells): E_F from released values, the
+penalty public, so the score still moves by at most sens and each round stays
+(eps_S / R)-DP. Whether a pair is measured fine is thus the released outcome of permute-and-flip;
+its fine histogram gets the same scale sens * R / eps_2 (one histogram: sensitivity sens). A
+schema's "determines" (public) makes the pair a tree edge measured at full resolution without a
+round (`Plan.forced`: R - F rounds at eps_S / (R - F); eps_S moves to the pairs when no round is
+left) and its map is the argmax of each row of that noisy table. Fitting fine tables, refining
+rows inside their bins (`FinePair`) and applying the maps (`Refined`) are post-processing. Total eps_1 + eps_S + eps_2 =
 epsilon exactly (rational arithmetic; `tests/test_pairs.py`). Steps 3 and 6 read only released
 values.
 
