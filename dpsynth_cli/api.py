@@ -161,8 +161,10 @@ def synthesize(
     from dpsynth_cli.synth import SynthOptions, plan_budget
     from dpsynth_cli.synth import synthesize as run_synth
 
-    options = SynthOptions(eps, bounds_eps, neighboring, mechanism, rows, False, dim)
     declared = _declare(columns, schema, bounds, integer)
+    options = SynthOptions(
+        eps, bounds_eps, neighboring, mechanism, rows, False, dim, declared.determines
+    )
     plan_budget(options, [])  # usage errors before any row is read
     early = runs.declared_specs(declared, _typed(data, input_format))
     if early is not None:  # the columns are declared: their usage errors before the input opens

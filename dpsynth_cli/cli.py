@@ -10,6 +10,7 @@ import contextlib
 import functools
 import signal
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Annotated, Any
 
 import typer
@@ -201,6 +202,7 @@ def synth(
         eps, bounds_eps, neighboring, mechanism, rows, diagnostics is not None, dim
     )
     declared = declare_columns(columns, schema, bounds, integer, decimal)
+    options = replace(options, determines=declared.determines)
     in_fmt = io.detect_format(input, input_format)
     io.check_decimal(declared.decimal, io.delimiter_flag(delimiter), in_fmt)
     if engine == "dask":  # a directory of part files, written by the workers

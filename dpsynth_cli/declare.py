@@ -21,8 +21,15 @@ from dpsynth_cli.columns import (
     parse_bounds_flag,
 )
 from dpsynth_cli.constraints import Constraint
+from dpsynth_cli.determines import Dependency
 from dpsynth_cli.errors import UsageError
-from dpsynth_cli.schema_file import load_constraints, load_decimal, load_schema, parse_decimal
+from dpsynth_cli.schema_file import (
+    load_constraints,
+    load_decimal,
+    load_determines,
+    load_schema,
+    parse_decimal,
+)
 
 
 def requested_columns(
@@ -55,6 +62,7 @@ class Declared:
     integers: list[str]
     constraints: tuple[Constraint, ...] = ()
     decimal: str = "."  # --decimal or the schema's "decimal": float and integer text cells
+    determines: tuple[Dependency, ...] = ()  # the schema's "determines"
 
     def with_decimal(self, choice: ColumnChoice) -> ColumnChoice:
         """The choice with this decimal separator on its float and integer columns."""
@@ -122,7 +130,8 @@ def declare_columns(
     if decimal is None:
         decimal = load_decimal(schema) if schema else "."
     sep = parse_decimal(decimal, "--decimal")
-    return Declared(names, columns_from, specs, declared, integers, constraints, sep)
+    determines = load_determines(schema) if schema else ()
+    return Declared(names, columns_from, specs, declared, integers, constraints, sep, determines)
 
 
 def parse_names(text: str | None, flag: str) -> list[str]:

@@ -12,7 +12,9 @@ missing a level of its own (any kind). Any other key (a typo such as "lowr") is 
 (`COLUMN_KEYS`); keys that start with "_" are comments. Cells of these types are read by
 `coltypes` (docs/privacy.md, "Mixed tables"). A column listed without bounds gets a DP bounds
 estimate. An optional "constraints" list declares linear constraints between float, integer,
-date and datetime columns, and their calendar parts (`constraints`, `load_constraints`).
+date and datetime columns, and their calendar parts (`constraints`, `load_constraints`); an
+optional "determines" list declares that a category column's level fixes another's, with or
+without the public map (`determines`, `load_determines`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 from dpsynth_cli import coltypes
 from dpsynth_cli.columns import DRAFT_HINT, KINDS, NULLABLE, ColumnSpec, check_bounds
 from dpsynth_cli.constraints import Constraint, parse_constraints
+from dpsynth_cli.determines import Dependency, parse_determines
 from dpsynth_cli.errors import UsageError
 
 # The keys a schema column of each type may have ("": no type; the file's type decides).
@@ -64,6 +67,13 @@ def load_constraints(path: str) -> tuple[Constraint, ...]:
     return parse_constraints(raw, load_schema(path), f"--schema {path}")
 
 
+def load_determines(path: str) -> tuple[Dependency, ...]:
+    """The schema file's declared dependencies between level columns (`determines`); () when
+    it declares none."""
+    raw = _schema_json(path).get("determines")
+    return parse_determines(raw, load_schema(path), f"--schema {path}")
+
+
 class InlineSchema(str):
     """A schema given as a Python value (the API's `schema=` dict) where a --schema path goes:
     its text is how messages name it; `value` is the dict, checked like a file's JSON."""
@@ -92,7 +102,7 @@ def _schema_json(path: str) -> dict:
     columns = raw.get("columns") if isinstance(raw, dict) else None
     if not isinstance(columns, dict) or not columns:
         raise UsageError(f"--schema {path}: expected an object with a non-empty 'columns' object")
-    _check_keys(raw, ("columns", "constraints", "decimal"), f"--schema {path}")
+    _check_keys(raw, ("columns", "constraints", "decimal", "determines"), f"--schema {path}")
     for name, spec in columns.items():
         kind = spec.get("type", "") if isinstance(spec, dict) else None
         if isinstance(kind, str) and kind in COLUMN_KEYS:  # another type is refused below

@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from dpsynth_cli.constraints import Constraint, choose, describe
+from dpsynth_cli.determines import Dependency, level_maps
 from dpsynth_cli.domain import COMPLETE, ColumnSpec, Domain, bounds_flag, complete_rows
 from dpsynth_cli.engine import threads
 from dpsynth_cli.engine.plan import BatchPlan, Place
@@ -109,6 +110,7 @@ class SynthOptions:
     rows: int | None = None
     diagnostics: bool = False
     dim: str = "full"
+    determines: tuple[Dependency, ...] = ()  # the schema's declared dependencies (`determines`)
 
 
 @dataclass(frozen=True)
@@ -418,6 +420,11 @@ def _synthesize(
         clocks=domain.cube_clocks(),
     )
     names = [s.name for s in specs]
+    determines = [d for d in options.determines if {d.source, d.target} <= set(names)]
+    learn = [d for d in determines if d.mapping is None]
+    cube_of = {j: i for i, j in enumerate(domain.level_columns)}  # level columns lead the cube
+    pairs_ = [(cube_of[names.index(d.source)], cube_of[names.index(d.target)]) for d in learn]
+    X = replace(X, determines=tuple(pairs_))
     n_hat, dropped_hat = noisy_tally(
         first.n,
         first.dropped.tolist() or [0] * len(specs),
@@ -446,6 +453,9 @@ def _synthesize(
         run = lowdim.run(X, source=source.spawn("lowdim"), dim=dim, inner=inner, **call)
     if lead:
         run = replace(run, output=run.output.map(domain.cube_to_unit, len(specs)))
+    if any(d.mapping is not None for d in determines):  # public maps: post-processing
+        run = replace(run, output=run.output.map(level_maps(tuple(determines), domain), len(specs)))
+    learned = len(run.description.get("learned_maps", ()))
     if constraints:
         run = replace(run, output=conditioned(run.output, Rules(domain, constraints)))
     sample, block = _first_batch(run, constraints, left_out)  # all points when they fit
@@ -468,6 +478,11 @@ def _synthesize(
     notices += collapse_notices(domain, sample)
     notices += signal_notices
     notices += [f'constraint "{c}" left out: {why}' for c, why in left_out.items()]
+    notices += [
+        f'"determines": "{d}" left out: only --mechanism marginals learns a map from the data '
+        "(declare the map in the schema to have it obeyed by any mechanism)"
+        for d in learn[learned:]
+    ]
     result = SynthResult(
         domain, budget, ledger, run, n_hat, signal, notices=notices, constraints=block
     )

@@ -68,6 +68,9 @@ class Rows:
     coded_missing: tuple[int, ...] = ()
     # Date and datetime columns' wall-clock facts (`Domain.cube_clocks`, `wallclock`). Public.
     clocks: tuple[Any, ...] = ()
+    # Declared dependencies (the schema's "determines"), as (determining, determined) cube level
+    # columns, whose map the marginals mechanism learns privately (`pairs.declared_edges`).
+    determines: tuple[tuple[int, int], ...] = ()
 
     def ahead_of(self, kind: type[A]) -> A | None:
         """The statistic of this type that an earlier pass took, if any."""

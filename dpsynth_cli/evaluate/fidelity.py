@@ -32,6 +32,11 @@ from dpsynth_cli.evaluate.w1 import w1_1d
 
 BINS = 16  # equal-width bins of a numeric column's public bounds in the 2-way histograms
 DEFINITIONS = {
+    "determined_pairs": "pairs (a, b) of category or boolean columns where a nearly determines b "
+    "in the real table (its map, each level of a -> the most common b with it in the real "
+    "table, holds in at least 95% of real rows and explains 3/4 of the rows b's most common level "
+    "does not): the share of real and of synthetic rows whose (a, b) agrees with that map (NOT "
+    "private: the map is read from the real rows)",
     "column_error": "a boolean or category column: TVD of its level shares (missing a level "
     "if nullable); a numeric, date or datetime column: W1 on the 0-1 scale of its public "
     "bounds (a nullable one: |difference of missing shares| + (1 - the larger missing share) "
@@ -259,13 +264,50 @@ def fidelity_from_counts(
         pairs.append({"columns": [specs[a].name, specs[b].name], "tvd": value})
     pairs.sort(key=lambda p: -math.inf if p["tvd"] is None else -p["tvd"])
     correlation = _correlation(real, synth)
-    return {
+    out = {
         "summary": _summary(columns, pairs, correlation),
         "column_errors": columns,
         "pair_tvd": {"bins_per_number": real.bins, "pairs": pairs},
         "correlation": correlation,
-        "definitions": DEFINITIONS,
     }
+    determined = determined_pairs(real, synth)
+    if determined:
+        out["determined_pairs"] = determined
+    return {**out, "definitions": DEFINITIONS}
+
+
+NEAR_DETERMINED = 0.95  # the real map holds in at least this share of the real rows
+
+
+def determined_pairs(real: PairCounts, synth: PairCounts) -> list[dict[str, Any]]:
+    """Pairs (a, b) of level columns where a nearly determines b in the real table: the real
+    map (each level of a -> its most common b in the real table) holds in at least
+    NEAR_DETERMINED of the real rows and explains at least 3/4 of the rows that b's most common
+    level does not; for each, the share of real and of synthetic rows whose (a, b) agrees with
+    the real map (NOT private: the map is read from the real rows)."""
+    out = []
+    levels = [j for j, s in enumerate(real.specs) if s.kind in LEVEL_KINDS]
+    for a, b in combinations(levels, 2):
+        shape = (real.sizes[a], real.sizes[b])
+        r, y = real.two[a, b].reshape(shape), synth.two[a, b].reshape(shape)
+        for x, z, (t, u) in ((a, b, (r, y)), (b, a, (r.T, y.T))):
+            total = t.sum()
+            if total == 0 or u.sum() == 0:
+                continue
+            law = np.argmax(t, axis=1)
+            held = t[np.arange(t.shape[0]), law].sum() / total
+            mode = t.sum(axis=0).max() / total
+            if held < NEAR_DETERMINED or 1 - held > (1 - mode) / 4:
+                continue
+            kept = u[np.arange(u.shape[0]), law].sum() / u.sum()
+            out.append(
+                {
+                    "columns": [real.specs[x].name, real.specs[z].name],
+                    "real_agreement": float(held),
+                    "synthetic_agreement": float(kept),
+                }
+            )
+    return out
 
 
 def _cycles(real: dict[str, np.ndarray], synth: dict[str, np.ndarray]) -> dict[str, Any]:

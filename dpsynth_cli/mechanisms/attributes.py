@@ -17,7 +17,8 @@ before the noisy count is known (synth's first pass):
   each a public function of the column's value. They write their values into scratch columns
   past the cube's (`Attribute.column`), from which `assemble` makes the column's value.
 The one-way release groups a number's atoms into `size` runs (`with_size`: 2^b, b from eps and
-the noisy count); two-way counts are kept on the pair grid, at most PAIR_CELLS runs of atoms. All
+the noisy count); two-way counts are kept on the pair grid, at most PAIR_CELLS runs of atoms (a
+level column: all its levels, up to LEVEL_PAIR_CELLS, while the counts fit; `keep_levels`). All
 groupings are i * k // A of the atoms with power-of-two ratios between them, so they nest:
 floor(floor(i k / A) / 2) = floor(i k / (2 A)).
 """
@@ -32,6 +33,9 @@ import numpy as np
 from dpsynth_cli.wallclock import Clock, hour_aligned
 
 PAIR_CELLS = 64  # pair-grid cells of an attribute at most (its missing value aside)
+# A level column keeps every level on its pair grid up to this many levels (`keep_levels`):
+# grouping levels by index would merge unrelated levels before any count is seen.
+LEVEL_PAIR_CELLS = 1024
 PAIR_COUNTS = 1 << 24  # two-way counts kept in all (128 MiB): fewer pair cells for wide tables
 MAX_CELL_BITS = 10
 ATOMS = 1 << MAX_CELL_BITS  # equal cells of a number without few codes
@@ -250,4 +254,28 @@ def attributes(
         kind, atoms = ("code", count) if 0 < count <= ATOMS else ("cell", ATOMS)
         flag = flag_of.get(c)
         out.append(Attribute(c, kind, atoms, atoms, flag=flag, pair_limit=limit, span=span))
+    return keep_levels(tuple(out))
+
+
+def keep_levels(attrs: tuple[Attribute, ...], budget: int = PAIR_COUNTS) -> tuple[Attribute, ...]:
+    """Level attributes with every level on their pair grid (at most LEVEL_PAIR_CELLS levels),
+    fewest levels first, each while every pair's two-way counts still fit `budget`; the rest
+    keep their grid (index runs of at most `pair_limit`). Public: the schema's levels only. The
+    bins are then chosen from the released counts (`pairs.coarse_bins`), never by index."""
+    out = list(attrs)
+    cells = [a.pair_cells for a in out]
+
+    def counts() -> int:
+        return (sum(cells) ** 2 - sum(c * c for c in cells)) // 2
+
+    levels = [i for i, a in enumerate(out) if a.kind == "level" and a.atoms > a.pair_limit]
+    for i in sorted(levels, key=lambda i: out[i].atoms):
+        if out[i].atoms > LEVEL_PAIR_CELLS:
+            continue
+        before = cells[i]
+        cells[i] = out[i].atoms + out[i].missing
+        if counts() > budget:
+            cells[i] = before
+            continue
+        out[i] = replace(out[i], pair_limit=out[i].atoms)
     return tuple(out)

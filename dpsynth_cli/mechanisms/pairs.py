@@ -38,9 +38,23 @@ permute-and-flip at eps_S / R is (eps_S / R)-DP (McKenna & Sheldon 2020, Theorem
 rounds compose to eps_S (adaptively: each round's candidates and scores' reference tables depend
 only on earlier releases). Step 5 puts scale sens * R / eps_2 on each of the R histograms: eps_2.
 The grids, bins, R and every scale are functions of public facts (schema, eps, D) and released
-values (the noisy count, the one-way release), never of the rows. Total eps_1 + eps_S + eps_2 =
-epsilon exactly (rational arithmetic; `tests/test_pairs.py`). Steps 3 and 6 read only released
-values.
+values (the noisy count, the one-way release), never of the rows.
+
+Many-level categories (issue 36). A level column keeps every level on its pair grid
+(`attributes.keep_levels`, public). Its fine grid (`FineGrid`, post-processing of the one-way
+release) gives every level with a released count of LEVEL_KEEP two-way noise deviations its own
+bin. A pair of level columns whose fine grid is finer than its bins is a second candidate in
+the same selection rounds (tree and second parents; no extra round, no extra budget), scored
+floor(|H_F - E_F|_1) - ceil(FINE_PENALTY sd x added cells): E_F from released values, the
+penalty public, so the score still moves by at most sens and each round stays
+(eps_S / R)-DP. Whether a pair is measured fine is thus the released outcome of permute-and-flip;
+its fine histogram gets the same scale sens * R / eps_2 (one histogram: sensitivity sens). A
+schema's "determines" (public) makes the pair a tree edge measured at full resolution without a
+round (`Plan.forced`: R - F rounds at eps_S / (R - F); eps_S moves to the pairs when no round is
+left) and its map is the argmax of each row of that noisy table. Fitting fine tables, refining
+rows inside their bins (`FinePair`) and applying the maps (`Refined`) are post-processing.
+Total eps_1 + eps_S + eps_2 = epsilon exactly (rational arithmetic; `tests/test_pairs.py`).
+Steps 3 and 6 read only released values.
 
 Accuracy: no a-priori W1 bound (the model keeps only the dependences it measures); measured in
 docs/benchmarks.md ("Real tables").
@@ -49,7 +63,7 @@ docs/benchmarks.md ("Real tables").
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import partial
 from itertools import combinations
@@ -87,6 +101,13 @@ OUTPUT_CHUNK = 1 << 16
 # Every pair's two-way counts are kept (D(D-1)/2 tables of up to 65 x 65 cells) and scored in
 # each selection round: up to this many columns (about 4950 pairs, 170 MB of counts).
 MAX_COLUMNS = 100  # rows per cell of the output (all rows are alike: any split works)
+# Fine grids of level columns (`fine_bins`): a level keeps its own fine bin when its released count
+# is at least LEVEL_KEEP two-way noise deviations; a fine table's cells below FINE_FLOOR
+# deviations are taken as empty (its pure-noise cells: about e^(-3 sqrt 2) / 2 = 0.7% stay), and
+# a fine variant's selection score is lowered by FINE_PENALTY deviations per cell it adds.
+LEVEL_KEEP = 3.0
+FINE_FLOOR = 3.0
+FINE_PENALTY = 1.0
 
 
 def check_columns(columns: int, chosen: str | None = None) -> None:
@@ -118,6 +139,7 @@ class Plan:
     bins: int
     extras: int  # second parents (each one more two-way measurement)
     kept: tuple[int, ...] = ()  # the counts' attributes measured (`modelled`); (): all
+    forced: int = 0  # declared tree edges ("determines"): measured without a selection round
 
     @property
     def edges(self) -> int:
@@ -147,8 +169,13 @@ class Plan:
         return discrete_laplace_variance(self.pair_scale)
 
     @property
+    def rounds(self) -> int:
+        """Selection rounds: every measurement but the declared edges."""
+        return max(self.measurements - self.forced, 0)
+
+    @property
     def round_epsilon(self) -> Fraction:
-        return self.select / max(self.measurements, 1)
+        return self.select / max(self.rounds, 1)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -172,7 +199,8 @@ class Plan:
             "one_way_noise_scale": float(self.one_way_scale),
             "two_way_noise_scale": float(self.pair_scale) if self.edges else None,
             "second_parents": self.extras,
-            "selection": "permute-and-flip, one round per measured pair",
+            "declared_edges": self.forced,
+            "selection": "permute-and-flip, one round per measured pair but declared ones",
         }
 
 
@@ -200,8 +228,12 @@ def plan(epsilon: Fraction, noisy_n: int, rows: Rows, relation: str) -> Plan:
         bins = bins_for(count - 1 + extras)
         if bins < SECOND_PARENT_BINS:  # too little signal for triangles: the tree alone
             extras, bins = 0, bins_for(count - 1)
+    forced = len(declared_edges(attrs, rows.determines)) if count > 1 else 0
     kept = () if len(kept) == len(every) else kept
-    return Plan(epsilon, one_way, select, pairs, sens, attrs, bins, extras, kept)
+    out = Plan(epsilon, one_way, select, pairs, sens, attrs, bins, extras, kept, forced)
+    if count > 1 and out.rounds == 0:  # every edge declared: no selection, its share measures
+        out = replace(out, select=Fraction(0), pairs=epsilon - one_way)
+    return out
 
 
 def modelled(every: tuple[Attribute, ...], signal: float) -> tuple[int, ...]:
@@ -221,6 +253,25 @@ def modelled(every: tuple[Attribute, ...], signal: float) -> tuple[int, ...]:
 def attributes_of(rows: Rows) -> tuple[Attribute, ...]:
     """The model's attributes from the rows' public facts (`attributes`)."""
     return attributes(rows.d, rows.lead, rows.codes, rows.flagged, rows.coded_missing, rows.clocks)
+
+
+def declared_edges(
+    attrs: tuple[Attribute, ...], determines: tuple[tuple[int, int], ...]
+) -> list[tuple[int, int]]:
+    """The declared dependencies (`Rows.determines`, cube columns) as attribute pairs
+    (determining, determined) between level attributes, in order, each kept when it joins two
+    components of the tree so far (public: the schema's declarations only)."""
+    index = {a.column: i for i, a in enumerate(attrs) if a.kind == "level" and a.part is None}
+    component = list(range(len(attrs)))
+    out = []
+    for x, y in determines:
+        i, j = index.get(x), index.get(y)
+        if i is None or j is None or component[i] == component[j]:
+            continue
+        out.append((i, j))
+        old, new = component[j], component[i]
+        component = [new if c == old else c for c in component]
+    return out
 
 
 def bins_at(noisy_n: float, variance: float, cell_noise: float = CELL_NOISE) -> int:
@@ -373,16 +424,17 @@ def fit_pairs(
     }
 
 
-def coarse_bins(attr: Attribute, mass: np.ndarray, bins: int) -> np.ndarray:
+def coarse_bins(attr: Attribute, mass: np.ndarray, bins: int, keep: float = math.inf) -> np.ndarray:
     """Each coarse cell's bin (released mass per value only): numbers in quantile runs, levels
-    by frequency; the missing value alone in the last bin."""
+    by frequency (and a level with released mass at least `keep` in a bin of its own: the fine
+    grid, `fine_bins`); the missing value alone in the last bin."""
     cells = np.bincount(attr.value_coarse(), weights=mass, minlength=attr.coarse)
     if attr.missing:
         cells = cells[:-1]
     if attr.numeric:
         per_cell = tree_model.quantile_bins(cells, bins)
     else:
-        per_cell = tree_model.level_bins(cells, bins)
+        per_cell = tree_model.level_bins(cells, bins, keep)
     if attr.missing:
         per_cell = np.append(per_cell, per_cell.max() + 1)
     return per_cell
@@ -422,17 +474,40 @@ def run(
     marg = combined_marginals(noisy_one_way, value_bin, k, {}, mp)
     tables = binned_tables(stats.two_way, pair_bin, k)
     record_spends(mp, ledger)
+    declared = declared_edges(attrs, X.determines)
+    grid = FineGrid.of(mp, one_way, coarse_bin, declared)
+    fine_tables = binned_tables(
+        {e: stats.two_way[e] for e in grid.pairs(k)}, grid.pair_bins(), grid.k
+    )
+    fine_scores = grid.scores(fine_tables, noisy_one_way, k, total, declared)
     select_source, measure_source = source.spawn("select"), source.spawn("two-way")
-    edges = select_tree(tables, marg, total, mp, select_source)
+    edges, on_fine = select_tree(tables, marg, total, mp, select_source, fine_scores, declared)
+    on_fine |= {(min(e), max(e)) for e in declared}
     order, parent = tree_model.bfs_order(edges, len(attrs))
-    noisy = measure(tables, [(parent[a], a) for a in order if parent[a] >= 0], mp, measure_source)
+    tree = [(parent[a], a) for a in order if parent[a] >= 0]
+    fine_edges = [e for e in tree if (min(e), max(e)) in on_fine]
+    chosen = {e: fine_tables[e] if e in fine_edges else tables[e] for e in tree}
+    noisy_all = measure(chosen, tree, mp, measure_source)
+    noisy = {e: t for e, t in noisy_all.items() if e not in fine_edges}
+    noisy_fine = {e: noisy_all[e] for e in fine_edges}
     marg = combined_marginals(noisy_one_way, value_bin, k, noisy, mp)
-    joints = fit_pairs(noisy, marg, total, mp)
-    seconds = select_seconds(tables, joints, order, parent, mp, select_source)
-    extra = measure(tables, [(b, c) for c, b in seconds.items()], mp, measure_source)
+    joints = {**fit_pairs(noisy, marg, total, mp), **grid.fit(noisy_fine, marg, total, k)}
+    fine_tables = {e: t for e, t in fine_tables.items() if e not in tree}  # (b, c) candidates
+    seconds, fine_c = select_seconds(
+        tables, joints, order, parent, mp, select_source, grid, fine_tables
+    )
+    wanted = [(b, c) for c, b in seconds.items()]
+    chosen = {e: fine_tables[e] if e[1] in fine_c else tables[e] for e in wanted}
+    extra = measure(chosen, wanted, mp, measure_source)
+    fine_edges += [e for e in wanted if e[1] in fine_c]
+    noisy_fine.update({e: extra.pop(e) for e in wanted if e[1] in fine_c})
     marg = combined_marginals(noisy_one_way, value_bin, k, {**noisy, **extra}, mp)
-    joints, extra = fit_pairs(noisy, marg, total, mp), fit_pairs(extra, marg, total, mp)
+    fitted = grid.fit(noisy_fine, marg, total, k)
+    joints = {**fit_pairs(noisy, marg, total, mp), **{e: fitted[e] for e in tree if e in fitted}}
+    extra = {**fit_pairs(extra, marg, total, mp), **{e: fitted[e] for e in wanted if e in fitted}}
     model = build_model(attrs, X.d, value_bin, one_way, marg, order, parent, joints, extra)
+    maps = learned_maps(noisy_fine, declared)
+    place = grid.refined(model, value_bin, noisy_fine, marg, total, maps)
     want = max(int(noisy_rows), 0) if rows is None else int(rows)
     sizes = np.full(want // OUTPUT_CHUNK, OUTPUT_CHUNK, dtype=np.int64)
     if want % OUTPUT_CHUNK:
@@ -442,9 +517,11 @@ def run(
         "bins": k,
         "tree_edges": [[parent[a], a] for a in order if parent[a] >= 0],
         "second_parent_edges": [[b, c] for c, b in seconds.items()],
+        "fine_edges": [[p, c, int(grid.k[p]), int(grid.k[c])] for p, c in fine_edges],
+        "learned_maps": [[i, j] for i, j in maps],
     }
     return MechanismRun(
-        output=Output(sizes, model, rng, X.d),
+        output=Output(sizes, place, rng, X.d),
         description=description,
         guarantee="no a-priori W1 bound (the model keeps only the dependences it measures); "
         "epsilon-DP by the sensitivity argument in mechanisms/pairs",
@@ -469,23 +546,8 @@ def record_spends(mp: Plan, ledger: Ledger) -> None:
     """The selection and two-way spends, each recorded once for all its rounds."""
     if not mp.edges:
         return
-    ledger.record(
-        Spend(
-            step="marginals-select",
-            mechanism="a spanning tree of column pairs, then second parents, by "
-            "permute-and-flip (mechanisms/pairs)",
-            epsilon=mp.select,
-            sensitivity=mp.sensitivity,
-            noise={
-                "distribution": "permute-and-flip (exponential-mechanism family)",
-                "rounds": mp.measurements,
-                "epsilon_per_round": float(mp.round_epsilon),
-                "score": "L1 distance of a pair's two-way histogram from what the model "
-                "released so far implies (the product of one-way marginals for the tree), "
-                "rounded down",
-            },
-        )
-    )
+    if mp.select:
+        record_select(mp, ledger)
     ledger.record(
         Spend(
             step="marginals-two-way",
@@ -497,6 +559,26 @@ def record_spends(mp: Plan, ledger: Ledger) -> None:
                 "scale": float(mp.pair_scale),
                 "histograms": mp.measurements,
                 "composition": "sequential over the pairs, eps/pairs each",
+            },
+        )
+    )
+
+
+def record_select(mp: Plan, ledger: Ledger) -> None:
+    ledger.record(
+        Spend(
+            step="marginals-select",
+            mechanism="a spanning tree of column pairs, then second parents, by "
+            "permute-and-flip (mechanisms/pairs)",
+            epsilon=mp.select,
+            sensitivity=mp.sensitivity,
+            noise={
+                "distribution": "permute-and-flip (exponential-mechanism family)",
+                "rounds": mp.rounds,
+                "epsilon_per_round": float(mp.round_epsilon),
+                "score": "L1 distance of a pair's two-way histogram from what the model "
+                "released so far implies (the product of one-way marginals for the tree), "
+                "rounded down (a level pair on its fine grid: less a public penalty)",
             },
         )
     )
@@ -529,21 +611,37 @@ def select_tree(
     total: float,
     mp: Plan,
     source: noise.RandomSource,
-) -> list[tuple[int, int]]:
-    """D - 1 rounds of permute-and-flip among the pairs joining two components: the tree of
-    the pairs furthest from independence, as MST chooses it."""
+    fine: dict[tuple[int, int], int] | None = None,
+    forced: list[tuple[int, int]] = (),
+) -> tuple[list[tuple[int, int]], set[tuple[int, int]]]:
+    """The `forced` (declared) edges, then D - 1 - len(forced) rounds of permute-and-flip among
+    the pairs joining two components: the tree of the pairs furthest from independence, as
+    MST chooses it. `fine`: more candidates, a level pair on its fine grid with its score;
+    returns the edges and those of them chosen on the fine grid."""
     D = len(marg)
     pairs = [(i, j) for i in range(D) for j in range(i + 1, D)]
     scores = [score(tables[p], total * np.outer(marg[p[0]], marg[p[1]])) for p in pairs]
+    options = [(p, False) for p in pairs] + [(p, True) for p in fine or {}]
+    scores += list((fine or {}).values())
     component = list(range(D))
     edges: list[tuple[int, int]] = []
-    for _ in range(D - 1):
-        open_ = [n for n, (a, b) in enumerate(pairs) if component[a] != component[b]]
-        pick = pairs[open_[_pick(source, [scores[n] for n in open_], mp)]]
+    chosen_fine: set[tuple[int, int]] = set()
+
+    def join(pick: tuple[int, int]) -> None:
+        nonlocal component
         edges.append(pick)
         old, new = component[pick[1]], component[pick[0]]
         component = [new if c == old else c for c in component]
-    return edges
+
+    for pick in forced:
+        join(pick)
+    for _ in range(D - 1 - len(forced)):
+        open_ = [n for n, ((a, b), _f) in enumerate(options) if component[a] != component[b]]
+        pick, on_fine = options[open_[_pick(source, [scores[n] for n in open_], mp)]]
+        if on_fine:
+            chosen_fine.add(pick)
+        join(pick)
+    return edges, chosen_fine
 
 
 def second_candidates(
@@ -551,6 +649,7 @@ def second_candidates(
     joints: dict[tuple[int, int], np.ndarray],
     order: list[int],
     parent: list[int],
+    reference: bool = False,
 ) -> tuple[list[tuple[int, int]], list[int]]:
     """The (c, b) pairs that may give c a second parent b (a tree neighbour of c's parent p
     placed before c) and each one's score: the L1 distance of the (b, c) table in `tables`
@@ -570,7 +669,10 @@ def second_candidates(
             if b != c and position[b] < position[c]:
                 bp = joints[(b, p)] if (b, p) in joints else joints[(p, b)].T
                 candidates.append((c, b))
-                scores.append(score(tables[(b, c)], bp @ given_p))
+                if reference:  # the implied tables themselves (`FineGrid.second`)
+                    candidates[-1] = ((c, b), bp @ given_p)
+                else:
+                    scores.append(score(tables[(b, c)], bp @ given_p))
     return candidates, scores
 
 
@@ -581,19 +683,31 @@ def select_seconds(
     parent: list[int],
     mp: Plan,
     source: noise.RandomSource,
-) -> dict[int, int]:
+    grid: FineGrid | None = None,
+    fine_tables: dict[tuple[int, int], np.ndarray] | None = None,
+) -> tuple[dict[int, int], set[int]]:
     """`mp.extras` rounds of permute-and-flip: attribute c gets a second parent b, a tree
     neighbour of its parent placed before it (so (b, parent, c) is a triangle the sampler can
-    condition on), scored by how far the (b, c) histogram is from what the tree implies."""
+    condition on), scored by how far the (b, c) histogram is from what the tree implies; with
+    a `grid`, a level pair with a fine table is also a candidate on it (`FineGrid.second`).
+    Returns c -> b and the c whose (b, c) is measured on the fine grid."""
     candidates, scores = second_candidates(tables, joints, order, parent)
+    options = [(c, b, False) for c, b in candidates]
+    if grid is not None and fine_tables:
+        more = grid.second(fine_tables, joints, order, parent)
+        options += [(c, b, True) for c, b in more]
+        scores += list(more.values())
     chosen: dict[int, int] = {}
+    on_fine: set[int] = set()
     for _ in range(mp.extras):
-        open_ = [n for n, (c, _b) in enumerate(candidates) if c not in chosen]
+        open_ = [n for n, (c, _b, _f) in enumerate(options) if c not in chosen]
         if not open_:
             break
-        c, b = candidates[open_[_pick(source, [scores[n] for n in open_], mp)]]
+        c, b, fine = options[open_[_pick(source, [scores[n] for n in open_], mp)]]
         chosen[c] = b
-    return chosen
+        if fine:
+            on_fine.add(c)
+    return chosen, on_fine
 
 
 def measure(
@@ -653,3 +767,277 @@ def build_model(
     return tree_model.TreeModel(
         attrs, d, tuple(order), tuple(parents), tuple(conditional), tuple(quantiles), tuple(link)
     )
+
+
+@dataclass(frozen=True)
+class FineGrid:
+    """Level attributes on their fine grid (post-processing of the one-way release): the
+    coarse bins refined so that every level whose released count is at least LEVEL_KEEP
+    two-way noise deviations keeps its own bin, the small levels pooled (`level_bins`); a
+    declared pair's two columns keep every level. Numbers keep their coarse bins. A pair of
+    level attributes whose fine grid is finer than its coarse one is a second candidate of
+    the tree's selection, scored on its fine table less a public penalty, FINE_PENALTY noise
+    deviations per extra cell (the L1 noise the extra cells bring), so the fine table wins
+    only where the dependence it shows beyond the coarse table's outweighs its noise: a
+    strong dependence (one category nearly determining another)."""
+
+    plan: Plan
+    one_way: list[np.ndarray]  # released one-way counts (consistent), per value
+    bins: list[np.ndarray]  # coarse cell -> fine bin
+    to_coarse: list[np.ndarray]  # fine bin -> coarse bin
+    full: frozenset[int]  # attributes of declared pairs: every level
+
+    @classmethod
+    def of(
+        cls,
+        mp: Plan,
+        one_way: list[np.ndarray],
+        coarse_bin: list[np.ndarray],
+        declared: list[tuple[int, int]],
+    ) -> FineGrid:
+        full = frozenset(a for e in declared for a in e)
+        keep = LEVEL_KEEP * math.sqrt(mp.pair_variance) if mp.edges else math.inf
+        bins, to_coarse = [], []
+        for i, (a, m, c) in enumerate(zip(mp.attributes, one_way, coarse_bin, strict=True)):
+            f = c if a.numeric else coarse_bins(a, m, mp.bins, -math.inf if i in full else keep)
+            t = np.zeros(int(f.max()) + 1, dtype=np.int64)
+            t[f] = c
+            bins.append(f)
+            to_coarse.append(t)
+        return cls(mp, one_way, bins, to_coarse, full)
+
+    @property
+    def k(self) -> list[int]:
+        return [t.size for t in self.to_coarse]
+
+    def pair_bins(self) -> list[np.ndarray]:
+        return [f[a.pair_coarse()] for a, f in zip(self.plan.attributes, self.bins, strict=True)]
+
+    def value_bins(self) -> list[np.ndarray]:
+        return [f[a.value_coarse()] for a, f in zip(self.plan.attributes, self.bins, strict=True)]
+
+    def pairs(self, k: list[int]) -> list[tuple[int, int]]:
+        """The level pairs with a fine grid finer than their coarse bins `k` (and the declared
+        pairs): the pairs whose fine tables are counted."""
+        attrs, kf = self.plan.attributes, self.k
+        return [
+            (i, j)
+            for i, j in combinations(range(len(attrs)), 2)
+            if not attrs[i].numeric
+            and not attrs[j].numeric
+            and attrs[i].part is None  # a weekday: written through its date (`wallclock`)
+            and attrs[j].part is None
+            and (kf[i] > k[i] or kf[j] > k[j] or {i, j} <= self.full)
+        ]
+
+    def scores(
+        self,
+        tables: dict[tuple[int, int], np.ndarray],
+        noisy_one_way: list[np.ndarray],
+        k: list[int],
+        total: float,
+        declared: list[tuple[int, int]],
+    ) -> dict[tuple[int, int], int]:
+        """Each fine candidate's score: floor(|H - E|_1) on the fine grid, E the product of the
+        noisy one-way marginals on it (released), less ceil(FINE_PENALTY deviations x the cells
+        it adds), a public integer: the score keeps sensitivity sens (`score`)."""
+        if not self.plan.edges:
+            return {}
+        kf = self.k
+        marg = combined_marginals(noisy_one_way, self.value_bins(), kf, {}, self.plan)
+        penalty = FINE_PENALTY * math.sqrt(self.plan.pair_variance)
+        skip = {(min(e), max(e)) for e in declared}
+        return {
+            (i, j): score(tables[(i, j)], total * np.outer(marg[i], marg[j]))
+            - math.ceil(penalty * (kf[i] * kf[j] - k[i] * k[j]))
+            for i, j in self.pairs(k)
+            if (i, j) not in skip
+        }
+
+    def second(
+        self,
+        tables: dict[tuple[int, int], np.ndarray],
+        joints: dict[tuple[int, int], np.ndarray],
+        order: list[int],
+        parent: list[int],
+    ) -> dict[tuple[int, int], int]:
+        """Second-parent candidates (c, b) between level attributes with a fine table, each
+        scored as `second_candidates` does on the fine grid: the tree's implied (b, c) table
+        split into fine bins by the released one-way shares, less the fine penalty."""
+        candidates, _ = second_candidates({}, joints, order, parent, reference=True)
+        kf = self.k
+        penalty = FINE_PENALTY * math.sqrt(self.plan.pair_variance)
+        out = {}
+        for (c, b), implied in candidates:
+            if (b, c) not in tables:
+                continue
+            sb, sc = self.shares(b), self.shares(c)
+            tb, tc = self.to_coarse[b], self.to_coarse[c]
+            fine = implied[tb][:, tc] * sb[:, None] * sc[None, :]
+            cells = kf[b] * kf[c] - implied.size
+            out[(c, b)] = score(tables[(b, c)], fine) - math.ceil(penalty * cells)
+        return out
+
+    def shares(self, a: int) -> np.ndarray:
+        """Each fine bin's share of its coarse bin (released one-way counts)."""
+        ones = np.ones(int(self.to_coarse[a].max()) + 1)
+        return self.marginal(a, ones)
+
+    def marginal(self, a: int, marg: np.ndarray) -> np.ndarray:
+        """Attribute a's fine-bin probabilities: its coarse bins' (`marg`) split by the
+        one-way release."""
+        t = self.to_coarse[a]
+        w = np.bincount(
+            self.value_bins()[a], weights=np.maximum(self.one_way[a], 0.0), minlength=t.size
+        )
+        w = w + 1e-9 * max(float(w.sum()), 1.0) / t.size
+        per = np.bincount(t, weights=w, minlength=marg.size)
+        return marg[t] * w / per[t]
+
+    def joints(
+        self, noisy: dict[tuple[int, int], np.ndarray], marg: list[np.ndarray], total: float
+    ) -> dict[tuple[int, int], np.ndarray]:
+        """Every noisy fine table fitted to the fine marginals of its two attributes, cells
+        below FINE_FLOOR noise deviations taken as empty."""
+        if not noisy:
+            return {}
+        floor = FINE_FLOOR * math.sqrt(self.plan.pair_variance)
+        return {
+            (p, c): tree_model.fit_pair(
+                t, total * self.marginal(p, marg[p]), total * self.marginal(c, marg[c]), floor
+            )
+            for (p, c), t in noisy.items()
+        }
+
+    def fit(
+        self,
+        noisy: dict[tuple[int, int], np.ndarray],
+        marg: list[np.ndarray],
+        total: float,
+        k: list[int],
+    ) -> dict[tuple[int, int], np.ndarray]:
+        """The fitted fine tables summed into the coarse bins (the tree model's tables)."""
+        out = {}
+        for (p, c), t in self.joints(noisy, marg, total).items():
+            table = np.zeros((k[p], k[c]))
+            np.add.at(table, (self.to_coarse[p][:, None], self.to_coarse[c][None, :]), t)
+            out[(p, c)] = table
+        return out
+
+    def within(self, a: int) -> np.ndarray:
+        """P(value | fine bin) of attribute a: (fine bins, values), from the one-way release."""
+        f = self.value_bins()[a]
+        w = np.maximum(self.one_way[a], 0.0) + 1e-9
+        out = np.zeros((self.to_coarse[a].size, f.size))
+        out[f, np.arange(f.size)] = w
+        return out / out.sum(axis=1, keepdims=True)
+
+    def refined(
+        self,
+        model: tree_model.TreeModel,
+        value_bin: list[np.ndarray],
+        noisy: dict[tuple[int, int], np.ndarray],
+        marg: list[np.ndarray],
+        total: float,
+        maps: dict[tuple[int, int], np.ndarray],
+    ) -> tree_model.TreeModel | Refined:
+        """The model with its fine edges' values placed from their fine tables, and the
+        declared maps applied (post-processing); the model itself without any."""
+        if not noisy:
+            return model
+        fitted = self.joints(noisy, marg, total)
+        fine_of = self.value_bins()
+        pairs_ = tuple(
+            FinePair(
+                p,
+                c,
+                fitted[(p, c)],
+                (value_bin[p], value_bin[c]),
+                (self.to_coarse[p], self.to_coarse[c]),
+                (self.within(p), self.within(c)),
+                (self.marginal(p, marg[p]), self.marginal(c, marg[c])),
+            )  # fmt: skip
+            for p, c in fitted
+        )
+        laws = []
+        for (i, j), best in maps.items():  # fine bin of i -> fine bin of j -> j's likeliest value
+            value = np.argmax(self.within(j), axis=1)
+            laws.append((i, j, value[best[fine_of[i]]]))
+        return Refined(model, pairs_, tuple(laws))
+
+
+def learned_maps(
+    noisy: dict[tuple[int, int], np.ndarray], declared: list[tuple[int, int]]
+) -> dict[tuple[int, int], np.ndarray]:
+    """Each declared pair (i, j)'s map, fine bin of i -> fine bin of j: the largest cell of
+    each row of its noisy full-resolution table (post-processing of that release)."""
+    out = {}
+    for i, j in declared:
+        t = noisy[(i, j)] if (i, j) in noisy else noisy[(j, i)].T
+        out[(i, j)] = np.argmax(t, axis=1)
+    return out
+
+
+@dataclass(frozen=True)
+class FinePair:
+    """A tree edge measured on the fine grids: given the rows' coarse bins (p, c) drawn by the
+    tree model, their fine bins are drawn from the fitted fine table's block (p, c), and the
+    values from the one-way release inside them, so the dependence below the coarse bins is
+    kept (a block without mass: the product of the fine marginals)."""
+
+    p: int
+    c: int
+    joint: np.ndarray  # fitted fine table
+    coarse_of: tuple[np.ndarray, np.ndarray]  # value -> coarse bin
+    to_coarse: tuple[np.ndarray, np.ndarray]  # fine bin -> coarse bin
+    within: tuple[np.ndarray, np.ndarray]  # (fine bins, values): P(value | fine bin)
+    mass: tuple[np.ndarray, np.ndarray]  # fine marginals
+
+    def place(self, attrs: tuple[Attribute, ...], out: np.ndarray, rng: np.random.Generator):
+        a, b = attrs[self.p], attrs[self.c]
+        n = out.shape[0]
+        if not n:
+            return
+        ca = self.coarse_of[0][a.atom_value()[a.encode(out)]]
+        cb = self.coarse_of[1][b.atom_value()[b.encode(out)]]
+        kb = int(self.to_coarse[1].max()) + 1
+        block = ca * kb + cb
+        order = np.argsort(block, kind="stable")
+        starts = np.flatnonzero(np.diff(block[order], prepend=-1))
+        fa, fb = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+        for rows in np.split(order, starts[1:]):
+            g = int(block[rows[0]])
+            ia = np.flatnonzero(self.to_coarse[0] == g // kb)
+            ib = np.flatnonzero(self.to_coarse[1] == g % kb)
+            sub = self.joint[np.ix_(ia, ib)].ravel()
+            if not sub.sum() > 0:
+                sub = np.outer(self.mass[0][ia], self.mass[1][ib]).ravel() + 1e-300
+            label = tree_model.allocate(
+                np.zeros(rows.size, dtype=np.int64), (sub / sub.sum())[None, :], rng
+            )
+            fa[rows], fb[rows] = ia[label // ib.size], ib[label % ib.size]
+        zero = np.zeros(n)
+        a.write(out, tree_model.allocate(fa, self.within[0], rng), zero)
+        b.write(out, tree_model.allocate(fb, self.within[1], rng), zero)
+
+
+@dataclass(frozen=True)
+class Refined:
+    """The tree model's rows with the fine edges' values refined (`FinePair`) and each declared
+    map (i, j, value of i -> value of j) applied: j's value set from i's (post-processing)."""
+
+    model: tree_model.TreeModel
+    pairs: tuple[FinePair, ...]
+    maps: tuple[tuple[int, int, np.ndarray], ...]
+
+    def __call__(
+        self, cells: np.ndarray, counts: np.ndarray, rng: np.random.Generator
+    ) -> np.ndarray:
+        out = self.model(cells, counts, rng)
+        attrs = self.model.attributes
+        for pair in self.pairs:
+            pair.place(attrs, out, rng)
+        for i, j, law in self.maps:
+            a = attrs[i]
+            attrs[j].write(out, law[a.atom_value()[a.encode(out)]], np.zeros(out.shape[0]))
+        return out

@@ -50,14 +50,19 @@ def quantile_bins(mass: np.ndarray, bins: int) -> np.ndarray:
     return np.unique(raw, return_inverse=True)[1].astype(np.int64)
 
 
-def level_bins(mass: np.ndarray, bins: int) -> np.ndarray:
+def level_bins(mass: np.ndarray, bins: int, keep: float = math.inf) -> np.ndarray:
     """Levels as bins; with more levels than bins, the bins - 1 most frequent (released
-    counts) keep their own bin and the others share the last."""
+    counts) keep their own bin, and so does every level whose released count is at least
+    `keep`; the others share the last bin. With a finite `keep` the bins refine those without
+    (the same most frequent levels keep theirs; the shared bin is split)."""
     if mass.size <= bins:
         return np.arange(mass.size)
-    top = np.argsort(-mass, kind="stable")[: bins - 1]
-    out = np.full(mass.size, bins - 1)
-    out[np.sort(top)] = np.arange(bins - 1)
+    own = np.zeros(mass.size, dtype=bool)
+    own[np.argsort(-mass, kind="stable")[: bins - 1]] = True
+    own |= mass >= keep
+    kept = int(own.sum())
+    out = np.full(mass.size, kept)
+    out[own] = np.arange(kept)
     return out
 
 
