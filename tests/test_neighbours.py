@@ -62,6 +62,7 @@ def fix_releases(monkeypatch) -> None:
             fixed = as_rows(np.random.default_rng(0).random((300, X.d)))
             # the public facts of the cube too: level columns first, missing flags, codes
             facts = {"flagged": X.flagged, "codes": X.codes, "coded_missing": X.coded_missing}
+            facts |= {"clocks": X.clocks, "determines": X.determines}
             return mechanism(replace(fixed, lead=X.lead, **facts), **kwargs)
 
         return run
