@@ -400,6 +400,20 @@ def choose(
     return tuple(kept), left_out
 
 
+def always_derived(
+    constraints: Sequence[Constraint], specs: Sequence[ColumnSpec]
+) -> tuple[str, ...]:
+    """The columns every output row gets from a derivation: targets whose expression reads no
+    nullable column (a missing one would leave the drawn value). A mechanism need not measure
+    them: the derivation replaces whatever it drew (post-processing of the other columns)."""
+    nullable = {s.name for s in specs if s.nullable}
+    return tuple(
+        c.target
+        for c in constraints
+        if c.target is not None and not nullable & (set(c.columns) - {c.target})
+    )
+
+
 def describe(
     constraints: Sequence[Constraint], left_out: dict[str, str] | None = None
 ) -> dict[str, object]:

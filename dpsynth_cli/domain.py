@@ -275,6 +275,12 @@ class Domain:
             if self.columns[j].nullable and self.columns[j].kind in DISCRETE
         )
 
+    def cube_column(self, j: int) -> int:
+        """The cube column holding column j's value (`to_cube`'s order)."""
+        if j in self.level_columns:
+            return self.level_columns.index(j)
+        return len(self.level_columns) + len(self.nullable_continuous) + self._others.index(j)
+
     def cube_clocks(self) -> tuple[Clock, ...]:
         """The wall-clock facts of each date and datetime column in the cube (`Rows.clocks`)."""
         m, f = len(self.level_columns), len(self.nullable_continuous)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from dpsynth_cli.constraints import Constraint, choose, describe
+from dpsynth_cli.constraints import Constraint, always_derived, choose, describe
 from dpsynth_cli.determines import Dependency, level_maps
 from dpsynth_cli.domain import COMPLETE, ColumnSpec, Domain, bounds_flag, complete_rows
 from dpsynth_cli.engine import threads
@@ -424,7 +424,11 @@ def _synthesize(
     learn = [d for d in determines if d.mapping is None]
     cube_of = {j: i for i, j in enumerate(domain.level_columns)}  # level columns lead the cube
     pairs_ = [(cube_of[names.index(d.source)], cube_of[names.index(d.target)]) for d in learn]
-    X = replace(X, determines=tuple(pairs_))
+    mapped = [names.index(d.target) for d in determines if d.mapping is not None]
+    derived = [names.index(n) for n in always_derived(constraints, specs)] + mapped
+    X = replace(
+        X, determines=tuple(pairs_), derived=tuple(sorted(domain.cube_column(j) for j in derived))
+    )
     n_hat, dropped_hat = noisy_tally(
         first.n,
         first.dropped.tolist() or [0] * len(specs),

@@ -71,6 +71,9 @@ class Rows:
     # Declared dependencies (the schema's "determines"), as (determining, determined) cube level
     # columns, whose map the marginals mechanism learns privately (`pairs.declared_edges`).
     determines: tuple[tuple[int, int], ...] = ()
+    # Cube columns whose output values are derived after the mechanism (declared derivations
+    # and public maps): a mechanism may leave them unmeasured. Public (the schema).
+    derived: tuple[int, ...] = ()
 
     def ahead_of(self, kind: type[A]) -> A | None:
         """The statistic of this type that an earlier pass took, if any."""

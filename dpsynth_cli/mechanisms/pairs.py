@@ -208,7 +208,7 @@ def plan(epsilon: Fraction, noisy_n: int, rows: Rows, relation: str) -> Plan:
     """Shares, grids and bins from public quantities only."""
     sens = histogram_sensitivity(relation)
     every = attributes_of(rows)
-    kept = modelled(every, float(epsilon) * max(noisy_n, 1) / sens)
+    kept = modelled(every, float(epsilon) * max(noisy_n, 1) / sens, rows.derived)
     base = tuple(every[i] for i in kept)
     count = len(base)
     low = float(epsilon) * max(noisy_n, 1) / (sens * max(count, 1)) < ONE_WAY_SIGNAL
@@ -236,17 +236,26 @@ def plan(epsilon: Fraction, noisy_n: int, rows: Rows, relation: str) -> Plan:
     return out
 
 
-def modelled(every: tuple[Attribute, ...], signal: float) -> tuple[int, ...]:
+def modelled(
+    every: tuple[Attribute, ...], signal: float, derived: tuple[int, ...] = ()
+) -> tuple[int, ...]:
     """The attributes the model measures (positions in `every`), from public quantities: all
-    but a date's weekday part when each attribute's one-way signal (eps n / sens / attributes,
-    at the larger one-way share) is below WEEKDAY_SIGNAL. Its 7 noisy cells would then miss
-    the shares by a TVD of about 3.5 / signal > 0.02 (seattle-weather, 1,461 days, one row a
-    day: 0.029 against 0.018 for days placed evenly inside weeks), more than most tables'
-    weekly shape; left out, its weeks' days are drawn evenly (`wallclock.Clock.assemble`)."""
-    per_attribute = signal * float(ONE_WAY_LOW) / max(len(every), 1)
+    but those of a derived column (`Rows.derived`: the derivation replaces what the model
+    draws, so measuring it would spend budget on nothing), and but a date's weekday part when
+    each attribute's one-way signal (eps n / sens / attributes, at the larger one-way share) is
+    below WEEKDAY_SIGNAL. Its 7 noisy cells would then miss the shares by a TVD of about
+    3.5 / signal > 0.02 (seattle-weather, 1,461 days, one row a day: 0.029 against 0.018 for
+    days placed evenly inside weeks), more than most tables' weekly shape; left out, its
+    weeks' days are drawn evenly (`wallclock.Clock.assemble`)."""
+
+    def column(a: Attribute) -> int:
+        return a.part.clock.column if a.part else a.column
+
+    measured = [i for i, a in enumerate(every) if column(a) not in derived]
+    per_attribute = signal * float(ONE_WAY_LOW) / max(len(measured), 1)
     weak = per_attribute < WEEKDAY_SIGNAL
     return tuple(
-        i for i, a in enumerate(every) if not (weak and a.part and a.part.name == "weekday")
+        i for i in measured if not (weak and every[i].part and every[i].part.name == "weekday")
     )
 
 
