@@ -88,7 +88,7 @@ def test_selection_rounds_spend_the_selection_share(monkeypatch):
         return real(source, scores, epsilon, sensitivity)
 
     monkeypatch.setattr(noise, "permute_and_flip", spy)
-    result, ledger = run(mixed_rows(3000))
+    result, ledger = run(mixed_rows(3000), epsilon=Fraction(4))
     select = next(s for s in ledger.spends if s.step == "marginals-select")
     assert len(calls) == 3 + 2  # 4 attributes: 3 tree edges, 2 second parents
     assert sum(calls, Fraction(0)) == select.epsilon
