@@ -62,20 +62,45 @@ def test_schedule_rule():
     assert big.top > 0 and big.worst() < 4096
 
 
+def test_epoch_schedule_counts_every_segment_once():
+    """The unbounded schedule (issue 39): release k sums nodes covering segments 1..k exactly
+    once each, all complete by k; a segment is in at most m_j nodes of its epoch; nothing
+    depends on how many checkpoints come later."""
+    E = om.EpochSchedule
+    for k in range(1, 300):
+        covered = np.zeros(k + 2, dtype=int)
+        for node in E.sums(k):
+            j, lv, a = node
+            first = (1 << j) + (a << lv)
+            covered[first : E.end(node) + 1] += 1
+            assert E.end(node) <= k
+        assert (covered[1 : k + 1] == 1).all() and not covered[k + 1 :].any()
+    for i in range(1, 300):
+        assert len(E.nodes_of(i)) <= E.per_row(om.epoch_of(i)[0])
+    assert om.epoch_schedule(13).per_row == 14  # beyond EPOCH_SEARCH: the binary tree
+    assert om.stream_factor(48) == pytest.approx(48**0.5)
+
+
 @pytest.mark.parametrize("eps", [1, 0.3, 2.5])
 @pytest.mark.parametrize("relation", ["replace", "add-remove"])
-@pytest.mark.parametrize("checkpoints", [1, 3, 1000])
-def test_ledger_sums_to_eps_exactly(eps, relation, checkpoints):
+@pytest.mark.parametrize("rows", [10, 3000, 10**6])
+def test_ledger_sums_to_eps_exactly(eps, relation, rows):
+    """eps_1 + eps_S + eps_2 = eps exactly; the scales carry every factor: the prefix node
+    sens R / eps_2, a later node sens R m / (eps_2 + eps_S), one-way sens D m / eps_1."""
     eng = engine(Fraction(eps), relation)
-    eng.prepare(list(range(10, 10 * checkpoints + 1, 10)), 10 * checkpoints)
+    eng.begin(rows)
+    eng.feed(CUBE.to_cube(np.random.default_rng(0).random((20, 3))), [10, 20])
     ledger = eng.ledger()
     assert ledger.pure_spent == Fraction(eps)
     mp = eng.plan
     sens = 2 if relation == "replace" else 1
-    d = len(mp.attributes)
-    assert mp.one_way_scale >= Fraction(sens * d * mp.per_row) / mp.one_way
-    assert mp.pair_scale >= Fraction(sens * d * (d - 1) // 2 * mp.per_row) / mp.pairs
-    assert mp.per_row == eng.sched.per_row
+    d, r = len(mp.attributes), mp.measurements
+    assert mp.one_way + mp.select + mp.pairs == Fraction(eps)
+    for m in (1, 3):
+        assert mp.one_scale(m) >= Fraction(sens * d * m) / mp.one_way
+        assert mp.node_pair_scale(m) >= Fraction(sens * r * m) / (mp.pairs + mp.select)
+    assert mp.prefix_scale() >= Fraction(sens * r) / mp.pairs
+    assert mp.rounds == r and mp.round_epsilon == mp.select / r
 
 
 def engine(eps: Fraction, relation: str, cube: StreamCube | None = None) -> om.MarginalsEngine:
@@ -93,6 +118,39 @@ CUBE = StreamCube(
 )
 
 
+def resumed(eng: om.MarginalsEngine) -> om.MarginalsEngine:
+    """The engine saved and loaded as --state does (its arrays and metadata only)."""
+    meta = json.loads(json.dumps(eng.state_meta()))
+    files = {k: np.array(v) for k, v in eng.arrays().items()}
+    out = om.MarginalsEngine.from_state(eng.cube, eng.epsilon, eng.relation, meta, files)
+    out._rows = 0
+    return out
+
+
+def test_a_continued_stream_draws_what_one_run_draws():
+    """The same seed, one run against the state saved and loaded after every checkpoint: the
+    same noisy nodes, the same chosen pairs, the same sums at every checkpoint (the schedule,
+    the plan and the selection do not depend on where runs end)."""
+    X = CUBE.to_cube(np.random.default_rng(3).random((3000, 3)))
+    stops = [1 << k for k in range(12)]
+    one = engine(Fraction(1), "add-remove")
+    one.begin(2048)
+    one.feed(X, stops)
+    many = engine(Fraction(1), "add-remove")
+    many.begin(2048)
+    for lo, hi in zip([0, 5, 300, 1500], [5, 300, 1500, 3000], strict=True):
+        many.feed(X[lo:hi], stops)
+        many = resumed(many)
+        many.use(src("eng-1-add-remove"))  # each run: a new source (here: the same seed)
+    assert many.closed == one.closed == 12 and many.select_segment == one.select_segment > 0
+    assert many.tree == one.tree and many.seconds == one.seconds
+    for k in range(1, 13):
+        a, b = one._summed_one_way(k)[0], many._summed_one_way(k)[0]
+        assert all((x == y).all() for x, y in zip(a, b, strict=True))
+    a, b = one._summed_two_way(12)[0], many._summed_two_way(12)[0]
+    assert a.keys() == b.keys() and all((a[e] == b[e]).all() for e in a)
+
+
 # -- audit on neighbouring streams -----------------------------------------------------------------
 AUDIT_CUBE = StreamCube((ColumnSpec("b", "boolean", 0.0, 1.0, levels=("false", "true")),))
 
@@ -105,34 +163,46 @@ class _OneStream(RandomSource):
         return self
 
 
+class _Recounting(om.MarginalsEngine):
+    """The mutant: a segment's rows are not cleared at its checkpoint, so the next node counts
+    them again (each row counted once in each node is what the schedule's eps rests on)."""
+
+    def checkpoint(self, t: int) -> None:
+        seg = self._segment
+        super().checkpoint(t)
+        self._segment = seg
+
+
 def released_after(X: np.ndarray, runs: int, label: str, mutant: bool) -> np.ndarray:
-    """min over the two checkpoints of (released count of `false` - its count in the base
-    stream), on the Binary Mechanism's schedule for K = 2 (segment 1 in two nodes)."""
+    """The second checkpoint's released count of `false` less its count in the base stream,
+    the stream continued from a saved state between the checkpoints (one column: eps_1 = eps,
+    scale 1 on each node; the sum at 2 is node 1 + node 2, each row in one of them)."""
     out = np.empty(runs)
     source = _OneStream(_seed=int.from_bytes(label.encode()[:8], "little"))
+    kind = _Recounting if mutant else om.MarginalsEngine
     for r in range(runs):
-        eng = om.MarginalsEngine(AUDIT_CUBE, Fraction(1), "add-remove")
+        eng = kind(AUDIT_CUBE, Fraction(1), "add-remove")
         eng.use(source)
-        eng.prepare([10, 20], 20)
-        eng.sched = om.Schedule(2, 1)  # the Binary Mechanism's tree (K = 2 would pick h = 0)
-        eng.plan = replace(eng.plan, per_row=1 if mutant else eng.sched.per_row)
+        eng.begin(20)
         eng.feed(X[:10], [10])
-        first = eng._summed_one_way(1)[0][0] - 10
-        eng.feed(X[10:], [20])
-        out[r] = min(first, eng._summed_one_way(2)[0][0] - 20)
+        meta, files = eng.state_meta(), eng.arrays()
+        eng2 = kind.from_state(AUDIT_CUBE, Fraction(1), "add-remove", meta, files)
+        eng2.use(source)
+        eng2.feed(X[10:], [20])
+        out[r] = eng2._summed_one_way(2)[0][0][0] - 20
     return out
 
 
 def test_audit_of_the_released_counts_and_a_mutant():
-    """Add-remove: one row of segment 1 (level `false`) present or its slot empty. It is in two
-    nodes, both released (checkpoints 1 and 2): the min over both of the noisy count minus the
-    base count has tail ratio e^(2 / scale) = e^eps with scale 2 = 1 x 1 column x 2 nodes. The
-    mutant drops the nodes-per-row factor (scale 1): eps 2, which the audit must see."""
+    """Add-remove, across a --state save and load: one row of segment 1 (level `false`)
+    present or its slot empty. It is in one node (epoch 0): the sum at checkpoint 2 moves by 1
+    at scale 1 (eps). The mutant counts segment 1 again in node 2: it moves by 2 (tail ratio up
+    to e^2), which the audit must see."""
     X = AUDIT_CUBE.to_cube(np.zeros((20, 1)))
     X2 = X.copy()
     X2[3] = np.nan  # an empty time slot
     results = {}
-    for mutant, runs in ((False, 1600), (True, 700)):
+    for mutant, runs in ((False, 1600), (True, 3000)):
         a = released_after(X, runs, f"ma{mutant}", mutant)
         b = released_after(X2, runs, f"mb{mutant}", mutant)
         results[mutant] = audit(a, b)
@@ -203,9 +273,11 @@ def test_releases_are_well_formed_and_obey_the_constraints(runner, tmp_path, mon
     assert report["ledger"]["total_epsilon_exact"] == "1"
     assert {e["step"] for e in report["ledger"]["entries"]} == {
         "online-marginals:one-way",
+        "online-marginals:select",
         "online-marginals:two-way",
     }
-    assert report["mechanism"]["node_schedule"]["checkpoints"] == 3
+    assert report["mechanism"]["node_schedule"]["checkpoints_so_far"] == 3
+    assert report["mechanism"]["selection"]["made"]
     assert "no a-priori W1 bound" in report["accuracy_note"]
     assert "vacuous" not in result.output
     for c in report["checkpoints"]:
@@ -224,7 +296,6 @@ def test_releases_are_well_formed_and_obey_the_constraints(runner, tmp_path, mon
 @pytest.mark.parametrize(
     "flags,says",
     [
-        (["--state", "st"], "cannot continue a --state"),
         (["--mechanism", "privtree"], "--mechanism must be one of auto, partition, marginals"),
     ],
 )
@@ -239,15 +310,21 @@ def test_usage_errors(runner, tmp_path, monkeypatch, flags, says):
 
 
 def test_auto_rule():
-    """auto: marginals without --state where synth's rule picks it (>= 4 columns, eps x rows /
-    (sensitivity x columns) >= 90), else partition; with --state always partition."""
+    """auto: marginals where synth's rule picks it (>= 4 columns, eps x rows / (sensitivity x
+    columns) >= 90), else partition, with or without --state; a continued state keeps its
+    stream's mechanism, and another --mechanism is refused."""
+    from dpsynth_cli.errors import PrivacyRefusal
     from dpsynth_cli.online.replay import ReplayOptions, choose_mechanism
 
     specs = [ColumnSpec(f"c{i}", "float", 0.0, 1.0) for i in range(5)]
     wide = ReplayOptions(1.0, relation="add-remove")
     assert choose_mechanism(wide, specs, None, 450) == "marginals"  # 450 / 5 = 90
     assert choose_mechanism(wide, specs, None, 449) == "partition"
-    assert choose_mechanism(wide, specs, "state", 10**6) == "partition"
+    assert choose_mechanism(wide, specs, "state", 10**6) == "marginals"
+    assert choose_mechanism(wide, specs, "state", 10**6, "partition") == "partition"
+    assert choose_mechanism(wide, specs, "state", 3, "marginals") == "marginals"
+    with pytest.raises(PrivacyRefusal, match="holds a --mechanism marginals stream"):
+        choose_mechanism(replace(wide, mechanism="partition"), specs, "st", 9, "marginals")
     assert choose_mechanism(ReplayOptions(1.0), specs, None, 450) == "partition"  # replace: 45
     assert choose_mechanism(wide, specs[:3], None, 10**6) == "partition"  # 3 columns
     fixed = ReplayOptions(1.0, relation="add-remove", mechanism="partition")
@@ -264,7 +341,7 @@ def test_auto_picks_marginals_on_a_mixed_stream(runner, tmp_path, monkeypatch):
     assert report["mechanism"]["chosen"]["requested"] == "auto"
     assert run(runner, *args[:-2], "--out-dir", "rel2", "--state", "st").exit_code == 0
     report = json.loads((tmp_path / "rel2" / REPORT_NAME).read_text())
-    assert report["mechanism"]["name"].startswith("online synthetic data")
+    assert report["mechanism"]["name"].startswith("online marginals")
 
 
 # -- the plan reads public facts only (privacy review, finding 2) ----------------------------------
@@ -325,18 +402,18 @@ def test_the_plan_takes_the_planning_size_not_the_row_count(
     says which, and never the count at the end otherwise."""
     replay_mod = sys.modules["dpsynth_cli.online.replay"]
     asked: dict[str, int] = {}
-    choose, plan = replay_mod.choose_mechanism, om.continual_plan
+    choose, plan = replay_mod.choose_mechanism, om.stream_plan
 
-    def spy_choose(options, specs, state_dir, rows):
+    def spy_choose(options, specs, state_dir, rows, stored=None):
         asked["choose"] = rows
-        return choose(options, specs, state_dir, rows)
+        return choose(options, specs, state_dir, rows, stored)
 
     def spy_plan(epsilon, rows, *args):
         asked["plan"] = rows
         return plan(epsilon, rows, *args)
 
     monkeypatch.setattr(replay_mod, "choose_mechanism", spy_choose)
-    monkeypatch.setattr(om, "continual_plan", spy_plan)
+    monkeypatch.setattr(om, "stream_plan", spy_plan)
     write(tmp_path, mixed_lines(1030))
     monkeypatch.chdir(tmp_path)
     result = run(runner, "s.csv", *COMMON, *flags, *MARGINALS, "--out-dir", "rel")
@@ -357,10 +434,8 @@ def test_the_checkpoints_notice_rule():
     assert checkpoints_factor("marginals", 1) == 1.0
     assert checkpoints_factor("marginals", 4) == pytest.approx(2.0)
     assert checkpoints_factor("marginals", 48) == pytest.approx(48**0.5)
-    big = om.schedule(4096)
-    assert checkpoints_factor("marginals", 4096) == pytest.approx(
-        big.per_row * len(big.sums(4096)) ** 0.5
-    )
+    assert checkpoints_factor("marginals", 4096) == pytest.approx(om.stream_factor(4096))
+    assert om.stream_factor(4096) < 4096**0.5
     assert all(checkpoints_factor("partition", k) == 1.0 for k in (1, 48, 4096))
     assert checkpoints_notice("marginals", 9, 1.0) == []
     (notice,) = checkpoints_notice("marginals", 10, 1.0)

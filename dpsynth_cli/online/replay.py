@@ -130,15 +130,14 @@ PLANNING = (
     "after the last checkpoint are never counted for the plan"
 )
 AUTO_RULE = (
-    "auto: marginals without --state when synth's auto rule picks marginals for these columns, "
-    "eps and planning_rows (the last checkpoint's rows, or with --row-counts-public the rows at "
-    "the end of the run), with --neighboring's sensitivity; otherwise (and with --state) "
-    "partition"
+    "auto: for a new stream (with or without --state), marginals when synth's auto rule picks "
+    "marginals for these columns, eps and planning_rows (the last checkpoint's rows, or with "
+    "--row-counts-public the rows at the end of the run), with --neighboring's sensitivity, "
+    "otherwise partition; a run continuing a --state keeps the state's mechanism"
 )
-MARGINALS_STATE = (
-    "--mechanism marginals cannot continue a --state: its node schedule is fixed by the "
-    "checkpoints of one run; leave out --state (each run is then a new eps-DP release) or use "
-    "--mechanism partition"
+OTHER_MECHANISM = (
+    "refusing to continue state {state}: it holds a --mechanism {stored} stream (another "
+    "mechanism on the same stream would spend its eps again); use --mechanism {stored} or auto"
 )
 
 
@@ -146,8 +145,6 @@ def check_mechanism(options: ReplayOptions, state_dir: str | None) -> None:
     """Usage errors of --mechanism (before the input is opened)."""
     if options.mechanism not in MECHANISMS:
         raise UsageError(f"--mechanism must be one of {', '.join(MECHANISMS)}")
-    if options.mechanism == "marginals" and state_dir:
-        raise UsageError(MARGINALS_STATE)
 
 
 def planning_size(options: ReplayOptions, stops: Iterable[int], end: int) -> int:
@@ -161,17 +158,23 @@ def planning_size(options: ReplayOptions, stops: Iterable[int], end: int) -> int
 
 
 def choose_mechanism(
-    options: ReplayOptions, specs: list[ColumnSpec], state_dir: str | None, rows: int
+    options: ReplayOptions,
+    specs: list[ColumnSpec],
+    state_dir: str | None,
+    rows: int,
+    stored: str | None = None,
 ) -> str:
     """The online mechanism for `--mechanism auto` (AUTO_RULE), from public facts only: the
     flags, the declared columns and `rows`, the run's `planning_size` (never the number of rows
     at the end unless --row-counts-public declares it public).
     Measured: marginals on seattle-weather and flights (docs/benchmarks.md, "online-replay on
     real mixed tables"); partition on the numeric streams before issue 25."""
+    if stored is not None:  # a continued --state: its stream's mechanism
+        if options.mechanism not in ("auto", stored):
+            raise PrivacyRefusal(OTHER_MECHANISM.format(state=state_dir, stored=stored))
+        return stored
     if options.mechanism != "auto":
         return options.mechanism
-    if state_dir:
-        return "partition"
     dom = StreamCube(tuple(specs)).domain
     levels = bool(dom.lead_bits())
     name = select.choose(
@@ -325,7 +328,8 @@ def replay(
     ident = state_io.identity(plan, specs)
     lock = state_io.locked(state_dir) if state_dir else contextlib.nullcontext()
     with lock:
-        engine, meta = state_io.load(state_dir, plan, ident) if state_dir else (None, {})
+        engine, meta = state_io.load(state_dir, plan, ident, specs) if state_dir else (None, {})
+        stored = meta.get("mechanism", "partition") if meta else None  # a saved state's
         check_releases(out_dir, meta)
         if "stream" not in meta:  # a random name of the stream (seeded runs: reproducible)
             meta["stream"] = source.spawn("stream-id").numpy_generator().bytes(8).hex()
@@ -337,7 +341,8 @@ def replay(
         new = _new_rows(rows, start, meta, options)
         stops = _stops(options, meta, new.timeline, start, start + new.count)
         size = planning_size(options, stops, start + new.count)
-        if choose_mechanism(options, specs, state_dir, size) == "marginals":
+        chosen = choose_mechanism(options, specs, state_dir, size, stored)
+        if chosen == "marginals" and not isinstance(engine, MarginalsEngine):
             engine = MarginalsEngine(StreamCube(tuple(specs)), plan.epsilon, plan.relation)
         engine = engine or OnlineEngine(plan)
         with _created(out_dir), _staging(state_dir) as staging:
@@ -669,12 +674,14 @@ def _run(
     start = engine.t  # rows replayed before this run (secret: never reported)
     marginal = isinstance(engine, MarginalsEngine)
     if marginal:
-        engine.prepare(list(stops), size)
+        engine.begin(size)
+    first_run = not meta.get("identity")  # the stream's first run commits its eps
     released: list[dict[str, Any]] = []
     pending: list[list[str]] = []  # [staged, final]
 
     def release(t: int, tau: float | None) -> None:
         if marginal:
+            engine.checkpoint(t)
             table = engine.table(rng, rules)
         elif rules is None:
             table = cube.to_table(engine.release(rng))
@@ -741,9 +748,14 @@ def _run(
     report = build_report(
         mechanism, specs, ledger, history, released, seeded, command, state_dir, options, accuracy
     )
-    report["stream"] = {"id": meta["stream"], "note": STREAM_NOTE}
-    if marginal:  # this run's checkpoints (public), the node schedule's K
-        notices = checkpoints_notice("marginals", engine.sched.checkpoints, options.epsilon)
+    report["stream"] = {
+        "id": meta["stream"],
+        "note": STREAM_NOTE,
+        "epsilon_this_run": float(plan.epsilon) if first_run else 0.0,
+        "epsilon_note": EPSILON_NOTE,
+    }
+    if marginal:  # the stream's checkpoints so far (public), the epoch schedule's k
+        notices = checkpoints_notice("marginals", engine.closed, options.epsilon)
     else:
         notices = checkpoints_notice("partition", len(stops), options.epsilon)
     notices += weak_guarantee_notice(options.epsilon)
@@ -763,6 +775,12 @@ def _partition_json(plan: OnlinePlan) -> dict[str, Any]:
     }
 
 
+EPSILON_NOTE = (
+    "the ledger is the stream's: its spends add up to the stream's eps once for all runs that "
+    "continue its --state; the stream's first run commits them (epsilon_this_run), a "
+    "continuing run adds nothing (its releases use the noise scales and the privacy budget the "
+    "first run fixed, on rows no earlier release counted in the same node)"
+)
 STREAM_NOTE = (
     "a random name of this stream (kept in --state): a run continuing the stream accepts only "
     "the report with its id and the releases its state lists in --out-dir, any other run "

@@ -156,6 +156,12 @@ def write_secret(path: str, write: Callable[[BinaryIO], None]) -> None:
 
 def save(state_dir: str, engine: OnlineEngine, meta: dict[str, Any]) -> None:
     """Write the engine's whole state and `meta` (the caller holds `locked(state_dir)`)."""
+    if hasattr(engine, "state_meta"):  # online/marginals (issue 39)
+        arrays = dict(engine.arrays())
+        full = {**meta, "format": FORMAT, **engine.state_meta()}
+        arrays["meta"] = np.frombuffer(json.dumps(full).encode("utf-8"), dtype=np.uint8)
+        write_secret(os.path.join(state_dir, STATE_FILE), lambda fh: np.savez(fh, **arrays))
+        return
     arrays: dict[str, np.ndarray] = {}
     for j, bank in enumerate(engine.banks, start=1):
         for name, arr in bank.arrays().items():
@@ -198,8 +204,11 @@ def _check_meta(state_dir: str, meta: Any, ident: dict[str, Any]) -> None:
         raise PrivacyRefusal(f"refusing to continue state {state_dir}: {reason}")
 
 
-def load(state_dir: str, plan: OnlinePlan, ident: dict[str, Any]) -> tuple[OnlineEngine, dict]:
-    """The saved engine and metadata, or a fresh engine and {} when DIR holds no state yet."""
+def load(
+    state_dir: str, plan: OnlinePlan, ident: dict[str, Any], specs: list[ColumnSpec] = ()
+) -> tuple[OnlineEngine, dict]:
+    """The saved engine (partition's, or `online.marginals`' when the state says so) and
+    metadata, or a fresh partition engine and {} when DIR holds no state yet."""
     path = os.path.join(state_dir, STATE_FILE)
     if not os.path.exists(path):
         return OnlineEngine(plan), {}
@@ -210,6 +219,12 @@ def load(state_dir: str, plan: OnlinePlan, ident: dict[str, Any]) -> tuple[Onlin
     except (OSError, ValueError, KeyError, zipfile.BadZipFile):
         raise DataError(f"state {state_dir} is damaged or not a dpsynth state") from None
     _check_meta(state_dir, meta, ident)
+    if meta.get("mechanism") == "marginals":
+        from dpsynth_cli.online.cube import StreamCube
+        from dpsynth_cli.online.marginals import MarginalsEngine
+
+        cube = StreamCube(tuple(specs))
+        return MarginalsEngine.from_state(cube, plan.epsilon, plan.relation, meta, files), meta
     engine = OnlineEngine(
         plan, replicas=int(meta.get("replicas", 1)), t=int(meta["t"]), level=int(meta["level"])
     )
