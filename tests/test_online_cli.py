@@ -510,7 +510,9 @@ def test_published_releases_are_never_replaced(runner, tmp_path, private_budget)
     assert f"{REPORT_NAME}, the report of another stream" in crossed.output
     again = run(runner, grown, *common, "--out-dir", mine, "--state", st)
     assert again.exit_code == 0, again.output
-    assert json.loads((mine / REPORT_NAME).read_text())["stream"] == report["stream"]
+    continued = json.loads((mine / REPORT_NAME).read_text())["stream"]
+    assert continued["id"] == report["stream"]["id"]  # the same stream, its eps spent before
+    assert continued["epsilon_this_run"] == 0 and report["stream"]["epsilon_this_run"] == 1
     assert json.loads((mine / REPORT_NAME).read_text())["checkpoints_this_run"] == [400, 500]
     assert sorted(p.name for p in mine.glob("release-*")) == [
         "release-000000000400.parquet",
@@ -560,7 +562,9 @@ def test_too_many_checkpoints_get_a_notice(runner, tmp_path, monkeypatch):
         assert result.exit_code == 0, result.output
         report = json.loads((tmp_path / out / REPORT_NAME).read_text())
         assert report["mechanism"]["chosen"]["requested"] == "auto"
-        assert report["mechanism"]["node_schedule"]["checkpoints"] == len(report["checkpoints"])
+        assert report["mechanism"]["node_schedule"]["checkpoints_so_far"] == len(
+            report["checkpoints"]
+        )
         said = [line for line in result.output.splitlines() if "checkpoints at eps" in line]
         if checkpoints == "monthly":
             assert len(said) == 1 and said[0].startswith("dpsynth: note: 47 checkpoints at eps 1:")
