@@ -90,6 +90,21 @@ class Clock:
             return ()
         return (*days, ("time", time_cells(self.step))) if timed else days
 
+    def days_of(self, unit: np.ndarray) -> np.ndarray:
+        """The wall-clock day (days since 1970-01-01) of cube coordinates of the column."""
+        codes = np.clip(self.lower + unit * self.width, self.first, self.last)
+        codes = np.floor(codes + 0.5) if self.date else np.round(codes)
+        return np.floor_divide(self._wall(codes), DAY)
+
+    def fraction_of_day(self, day: np.ndarray, name: str) -> np.ndarray:
+        """A wall-clock day's fraction for the `week`, `weekday` or `day` part (`fractions`)."""
+        parts = dict(self.parts())
+        if name == "week":
+            return ((day - self.monday) // 7 + 0.5) / parts["week"]
+        if name == "weekday":
+            return ((day - self.monday) % 7 + 0.5) / 7
+        return (day - self.days[0] + 0.5) / parts["day"]
+
     def missing_rows(self, X: np.ndarray) -> np.ndarray:
         if self.flag is not None:
             return X[:, self.flag] >= 0.5
@@ -104,15 +119,11 @@ class Clock:
         wall = self._wall(codes)
         day = np.floor_divide(wall, DAY)
         out = {}
-        for name, values in self.parts():
-            if name == "week":
-                out[name] = ((day - self.monday) // 7 + 0.5) / values
-            elif name == "weekday":
-                out[name] = ((day - self.monday) % 7 + 0.5) / 7
-            elif name == "day":
-                out[name] = (day - self.days[0] + 0.5) / values
-            else:
+        for name, _ in self.parts():
+            if name == "time":
                 out[name] = (wall - day * DAY) / DAY
+            else:
+                out[name] = self.fraction_of_day(day, name)
         if self.nullable:
             missing = self.missing_rows(X)
             for f in out.values():

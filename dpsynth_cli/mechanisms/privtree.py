@@ -114,7 +114,7 @@ import numpy as np
 
 from dpsynth_cli.engine import threads
 from dpsynth_cli.engine.rows import BatchesSource, Rows, Spill, SpillSource, as_rows
-from dpsynth_cli.mechanisms import marginals, partition, placement
+from dpsynth_cli.mechanisms import daily, marginals, partition, placement
 from dpsynth_cli.mechanisms.base import (
     MechanismRun,
     Output,
@@ -646,6 +646,7 @@ def placer(
     sizes: np.ndarray,
     pt: PrivTreePlan,
     shapes: dict[int, placement.Pooled] | None = None,
+    days: tuple[daily.DailyShape, ...] = (),
 ) -> Place:
     """How points go into the leaves (final `sizes`): a linear density per leaf (`placement`),
     random order; `Output` calls it once, or once per batch of (leaves, sizes). `shapes`: per
@@ -661,6 +662,13 @@ def placer(
     def place(cells: np.ndarray, counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         box = [np.take(a, cells, axis=0) for a in (lower, width, slopes)]  # faster than a[cells]
         points = placement.place_in_boxes(*box, counts, rng, shapes)
+        if days:  # a date-time's time of day and weekday in leaves that span days (`daily`)
+            at = placement.point_cells(counts)
+            for shape in days:
+                c = shape.clock.column
+                if c < cut:
+                    side = (np.take(box[0][:, c], at), np.take(box[1][:, c], at))
+                    shape.apply(points, *side, rng)
         return placement.uniform_columns(placement.shuffled(points, rng), pt.d, rng)
 
     return place
@@ -682,7 +690,9 @@ def run(
     histograms, which shape the wide leaves; the tree runs on the rest."""
     X = as_rows(X)
     shares = marginals.share(epsilon) if X.lead else Fraction(0)
-    pt = plan(noisy_rows, epsilon - shares, X.d, relation, lead=X.lead)
+    clocks = daily.shaped(X.clocks)
+    day_share = daily.share(epsilon) if clocks else Fraction(0)
+    pt = plan(noisy_rows, epsilon - shares - day_share, X.d, relation, lead=X.lead)
     rel = release(X, pt, source, ledger)
     sizes = leaf_sizes(rel, pt, rng, rows)
     if rows is None:  # the sum of the noisy leaf counts is unbiased for n (a partition)
@@ -695,7 +705,12 @@ def run(
         mp = marginals.plan(shares, X.lead, splittable(pt), noisy_rows, relation, X.flagged)
         shapes = marginals.release(X, mp, source, ledger)
         description["marginals"] = mp.to_json()
-    place = placer(rel.leaves, rel.levels, sizes, pt, shapes)
+    days: tuple[daily.DailyShape, ...] = ()
+    if clocks:
+        dp = daily.plan(day_share, clocks, noisy_rows, relation)
+        days = daily.release(X, dp, source.spawn("time-of-day"), ledger)
+        description["time_of_day"] = dp.to_json()
+    place = placer(rel.leaves, rel.levels, sizes, pt, shapes, days)
     return MechanismRun(
         output=Output(sizes, place, copy.deepcopy(rng), pt.d),
         description=description,
