@@ -163,7 +163,9 @@ def test_constrained_neighbours_are_indistinguishable(
     out = pq.read_table(pa.BufferReader(seen["outputs"]["out.parquet"])).to_pandas()
     day, at = out["day"].astype("datetime64[ns]"), out["at"].dt.tz_convert("UTC")
     present = day.notna() & at.notna()
-    assert present.sum() > 100
+    # about a third of the rows hold both: the fixed input's flag leaves `at` missing in half,
+    # and the rejection keeps the rows a constraint does not apply to (81-102 of ~270 seen)
+    assert present.sum() > 50
     assert (day[present] >= at[present].dt.tz_localize(None).dt.floor("D")).all()
     assert (out["n"].dropna() <= 5).all()
     report = seen["outputs"]["out.parquet.report.json"].decode()
