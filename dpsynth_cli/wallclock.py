@@ -22,6 +22,7 @@ has no more than its days: it stays one attribute.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -63,7 +64,7 @@ class Clock:
             return np.floor(wall / DAY)
         return instant_seconds(wall, self.timezone) if self.timezone else wall
 
-    @property
+    @cached_property
     def days(self) -> tuple[int, int]:
         """The first and last wall-clock days of the range (days since 1970-01-01)."""
         wall = self._wall(np.array([self.first, self.last], dtype=np.float64))
@@ -77,6 +78,10 @@ class Clock:
 
     def parts(self) -> tuple[tuple[str, int], ...]:
         """(name, values) of each part, in order; () when the column stays one attribute."""
+        return self._parts
+
+    @cached_property
+    def _parts(self) -> tuple[tuple[str, int], ...]:
         first, last = self.days
         timed = not self.date and self.step < DAY
         if last - first + 1 >= WEEKDAY_FROM_DAYS:
@@ -90,11 +95,14 @@ class Clock:
             return ()
         return (*days, ("time", time_cells(self.step))) if timed else days
 
+    def wall_of(self, unit: np.ndarray) -> np.ndarray:
+        """Wall-clock seconds of the values `Domain.from_unit` writes for cube coordinates."""
+        codes = np.clip(self.lower + unit * self.width, self.first, self.last)
+        return self._wall(np.floor(codes + 0.5) if self.date else np.round(codes))
+
     def days_of(self, unit: np.ndarray) -> np.ndarray:
         """The wall-clock day (days since 1970-01-01) of cube coordinates of the column."""
-        codes = np.clip(self.lower + unit * self.width, self.first, self.last)
-        codes = np.floor(codes + 0.5) if self.date else np.round(codes)
-        return np.floor_divide(self._wall(codes), DAY)
+        return np.floor_divide(self.wall_of(unit), DAY)
 
     def fraction_of_day(self, day: np.ndarray, name: str) -> np.ndarray:
         """A wall-clock day's fraction for the `week`, `weekday` or `day` part (`fractions`)."""
@@ -113,10 +121,7 @@ class Clock:
     def fractions(self, X: np.ndarray) -> dict[str, np.ndarray]:
         """Each part's value in cube rows X as a fraction of its range, [0, 1) (NaN: missing):
         week w of W at (w + 1/2) / W, a weekday at (k + 1/2) / 7, the time of day t at t / DAY."""
-        x = X[:, self.column]
-        codes = np.clip(self.lower + x * self.width, self.first, self.last)
-        codes = np.floor(codes + 0.5) if self.date else np.round(codes)
-        wall = self._wall(codes)
+        wall = self.wall_of(X[:, self.column])
         day = np.floor_divide(wall, DAY)
         out = {}
         for name, _ in self.parts():
