@@ -10,9 +10,8 @@ days since 1970-01-01. Counts are exact integers, so batches merge in any order.
 from __future__ import annotations
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
+from dpsynth_cli.coltypes import wall_seconds
 from dpsynth_cli.domain import ColumnSpec
 
 CYCLE_KINDS = ("date", "datetime")
@@ -34,20 +33,11 @@ def cycle_names(spec: ColumnSpec) -> tuple[str, ...]:
     return ()
 
 
-def wall_seconds(codes: np.ndarray, timezone: str | None) -> np.ndarray:
-    """Whole wall-clock seconds since the epoch of finite datetime codes (an instant's in the
-    column's zone; a column without one holds wall-clock seconds already)."""
-    seconds = np.floor(codes).astype(np.int64)
-    if timezone is None:
-        return seconds
-    stamps = pa.array(seconds, pa.timestamp("s", timezone))
-    return pc.cast(pc.local_timestamp(stamps), pa.int64()).to_numpy(zero_copy_only=False)
-
-
 def cycle_codes(codes: np.ndarray, spec: ColumnSpec) -> dict[str, np.ndarray]:
     """Each present code's cell in each of the column's cycles (`codes`: finite, not missing)."""
     if spec.kind == "datetime":
-        seconds = wall_seconds(codes, spec.timezone)
+        whole = np.floor(codes)  # a zoned column's instants on its wall clock (`coltypes`)
+        seconds = (wall_seconds(whole, spec.timezone) if spec.timezone else whole).astype(np.int64)
         days = np.floor_divide(seconds, 86400)
         out = {"hour_of_day": np.floor_divide(np.mod(seconds, 86400), 3600)}
     else:

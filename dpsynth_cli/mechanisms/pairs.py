@@ -124,7 +124,7 @@ def check_columns(columns: int, chosen: str | None = None) -> None:
         )
 
 
-def _share(epsilon: Fraction, part: Fraction) -> Fraction:
+def share_of(epsilon: Fraction, part: Fraction) -> Fraction:
     """part of epsilon rounded down onto the ledger's grid."""
     return Fraction(math.floor(part * epsilon * EPS_GRID), EPS_GRID)
 
@@ -215,8 +215,8 @@ def plan(epsilon: Fraction, noisy_n: int, rows: Rows, relation: str) -> Plan:
     base = tuple(every[i] for i in kept)
     count = len(base)
     low = float(epsilon) * max(noisy_n, 1) / (sens * max(count, 1)) < ONE_WAY_SIGNAL
-    one_way = epsilon if count <= 1 else _share(epsilon, ONE_WAY_LOW if low else ONE_WAY)
-    select = Fraction(0) if count <= 1 else _share(epsilon, SELECT)
+    one_way = epsilon if count <= 1 else share_of(epsilon, ONE_WAY_LOW if low else ONE_WAY)
+    select = Fraction(0) if count <= 1 else share_of(epsilon, SELECT)
     signal = float(one_way) / max(count, 1) * max(noisy_n, 1) / sens
     attrs = tuple(a.with_size(signal) for a in base)
     pairs = epsilon - one_way - select

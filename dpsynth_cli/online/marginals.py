@@ -272,8 +272,8 @@ def stream_plan(epsilon: Fraction, rows: int, cube: StreamCube, relation: str) -
     if count <= 1:
         one_way, select = epsilon, Fraction(0)
     else:
-        one_way = pairs._share(epsilon, pairs.ONE_WAY_LOW if low else pairs.ONE_WAY)
-        select = pairs._share(epsilon, SELECT)
+        one_way = pairs.share_of(epsilon, pairs.ONE_WAY_LOW if low else pairs.ONE_WAY)
+        select = pairs.share_of(epsilon, SELECT)
     signal = float(one_way) / count * n / sens / math.sqrt(GRID_SUMMED)
     attrs = tuple(a.with_size(signal) for a in base)
     select_at = min(math.ceil(SELECT_SIGNAL * sens * count / float(epsilon)), max(n // 4, 1))
