@@ -14,6 +14,7 @@ import pytest
 
 from dpsynth_cli.cli import app
 from dpsynth_cli.engine.rows import as_rows
+from dpsynth_cli.mechanisms import one_way as one_way_release
 from dpsynth_cli.mechanisms import pairs, tree_model
 from dpsynth_cli.mechanisms.attributes import PAIR_CELLS, attributes
 from dpsynth_cli.privacy import noise
@@ -127,6 +128,9 @@ def test_the_fine_decision_reads_only_released_values(monkeypatch):
     X = rows.source.X
     neighbour = replace(rows, source=type(rows.source)(np.vstack([X, X[:1]])))
     monkeypatch.setattr(noise, "discrete_laplace", lambda source, scale, size: np.zeros(size))
+    monkeypatch.setattr(
+        noise, "discrete_laplace_mixed", lambda source, scales, sizes: np.zeros(sum(sizes))
+    )
     seen = []
 
     def spy(source, scores, epsilon, sensitivity):
@@ -143,16 +147,18 @@ def test_the_fine_decision_reads_only_released_values(monkeypatch):
         return grid
 
     monkeypatch.setattr(pairs.FineGrid, "of", staticmethod(record))
-    released = []
-    real_consistent = pairs.consistent_one_way
+    released: list[np.ndarray] = []
+    per_run: list[int] = []
+    real_consistent = one_way_release.Release.consistent
 
-    def fixed(noisy, mp, rng):  # the released one-way counts forced equal on both sides
-        if not released:
-            released.append(real_consistent(noisy, mp, rng))
-        return [h.copy() for h in released[0]]
+    def fixed(self, kappa, rng):  # the released one-way counts forced equal on both sides
+        released.append(real_consistent(self, kappa, rng))
+        i = len(released) - 1
+        return released[i % per_run[0] if per_run else i].copy()
 
-    monkeypatch.setattr(pairs, "consistent_one_way", fixed)
+    monkeypatch.setattr(one_way_release.Release, "consistent", fixed)
     run(rows)
+    per_run.append(len(released))
     first = len(seen)
     run(neighbour)
     assert seen[:first] == seen[first:]

@@ -31,6 +31,7 @@ from dpsynth_cli.privacy.ledger import Ledger
 from dpsynth_cli.schema_file import schema_column
 from tests.audit import audit
 from tests.test_neighbours import compare, fix_releases
+from tests.test_pairs import one_way_excess
 from tests.test_privacy_audits import report, stream
 
 ZONE = "America/New_York"
@@ -244,7 +245,7 @@ def one_way_samples(variant: str, monkeypatch) -> tuple[np.ndarray, np.ndarray, 
     plan = pairs.plan(AUDIT_EPS, 2000, base, "add-remove")
     attrs = plan.attributes
     assert [a.part.name if a.part else None for a in attrs] == ["week", "weekday", "time", None]
-    cell = [a.atom_value()[a.encode(added)[0]] for a in attrs]
+    value = [a.atom_value()[a.encode(added)[0]] for a in attrs]
 
     def one_way(rows):
         counts = rows.collect(lambda: pairs.PairCounts(attrs))
@@ -260,7 +261,7 @@ def one_way_samples(variant: str, monkeypatch) -> tuple[np.ndarray, np.ndarray, 
         runs = []
         for _ in range(AUDIT_RUNS):
             noisy = pairs.measure_one_way(counts, plan, src, Ledger(AUDIT_EPS))
-            runs.append(min(h[v] - t[v] for h, t, v in zip(noisy, truth, cell, strict=True)))
+            runs.append(one_way_excess(noisy, truth, value))
         out.append(np.array(runs))
     return out[0], out[1], plan.one_way
 

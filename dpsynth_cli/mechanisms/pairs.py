@@ -9,7 +9,8 @@ kept continuous:
    pair grids (`attributes`; exact integers, batches and workers add).
 2. One-way release (share ONE_WAY of epsilon, ONE_WAY_LOW with little signal): the atoms summed
    into the release grid (levels, codes, or 2^b runs, b from eps and the noisy count), discrete
-   Laplace noise on every cell, then `hierarchy`'s pruning and integer consistency.
+   Laplace noise on every cell, then `hierarchy`'s pruning and integer consistency; a number's
+   runs in two stages (`one_way`: the runs, then their fine cells, a heavy run split by them).
 3. Bins (post-processing): each attribute's values grouped into at most `bins` bins from the
    released counts: quantile runs for numbers, the most frequent levels for levels, so two-way
    cells are about equally full where the data is.
@@ -27,18 +28,18 @@ kept continuous:
    proportional fitting, rows drawn ancestrally; values inside a bin follow the one-way release,
    with a Gaussian copula along tree edges.
 
-Privacy. Neighbouring relation add/remove one row (default): the row adds or removes 1 in one
-cell of each histogram (a nullable column's "missing" is a cell), so every one-way and two-way
-histogram has L1 sensitivity sens = 1 (replace one row: 2, `histogram_sensitivity`). Step 2 puts
-scale sens * D / eps_1 on each of the D one-way histograms (each eps_1 / D-DP; D of them compose
-to eps_1). Step 4's score |H - E|_1 has sensitivity sens (E is fixed by released values; rounding
-down to an integer keeps a change of at most sens; `score` computes it in integers with E on a
-public grid, so no float error can carry it across an integer), so each round of
-permute-and-flip at eps_S / R is (eps_S / R)-DP (McKenna & Sheldon 2020, Theorem 1) and the R
-rounds compose to eps_S (adaptively: each round's candidates and scores' reference tables depend
-only on earlier releases). Step 5 puts scale sens * R / eps_2 on each of the R histograms: eps_2.
-The grids, bins, R and every scale are functions of public facts (schema, eps, D) and released
-values (the noisy count, the one-way release), never of the rows.
+Privacy. Neighbouring relation add/remove one row (default): the row adds or removes 1 in one cell
+of each histogram (a nullable column's "missing" is a cell), so every one-way and two-way histogram
+has L1 sensitivity sens = 1 (replace one row: 2, `histogram_sensitivity`). Step 2 puts scale sens *
+D / eps_1 on each of the D one-way histograms (each eps_1 / D-DP; D of them compose to eps_1); a
+number's two stages split its eps_1 / D (`one_way`). Step 4's score |H - E|_1 has sensitivity sens
+(E is fixed by released values; rounding down to an integer keeps a change of at most sens; `score`
+computes it in integers with E on a public grid, so no float error can carry it across an integer),
+so each round of permute-and-flip at eps_S / R is (eps_S / R)-DP (McKenna & Sheldon 2020, Theorem 1)
+and the R rounds compose to eps_S (adaptively: each round's candidates and scores' reference tables
+depend only on earlier releases). Step 5 puts scale sens * R / eps_2 on each of the R histograms:
+eps_2. The grids, bins, R and every scale are functions of public facts (schema, eps, D) and
+released values (the noisy count, the one-way release), never of the rows.
 
 Many-level categories (issue 36). A level column keeps every level on its pair grid
 (`attributes.keep_levels`, public). Its fine grid (`FineGrid`, post-processing of the one-way
@@ -63,6 +64,7 @@ docs/benchmarks.md ("Real tables").
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import partial
@@ -74,6 +76,7 @@ import numpy as np
 from dpsynth_cli.engine.rows import Rows, as_rows
 from dpsynth_cli.errors import UsageError
 from dpsynth_cli.mechanisms import hierarchy, tree_model
+from dpsynth_cli.mechanisms import one_way as one_way_release
 from dpsynth_cli.mechanisms.attributes import Attribute, attributes
 from dpsynth_cli.mechanisms.base import MechanismRun, Output, discrete_laplace_variance
 from dpsynth_cli.privacy import noise
@@ -157,6 +160,11 @@ class Plan:
     def one_way_scale(self) -> Fraction:
         return noise.as_scale(Fraction(self.sensitivity * len(self.attributes)) / self.one_way)
 
+    def one_way_scales(self) -> list[one_way_release.Scales]:
+        """Each attribute's one-way scales: `one_way_scale` (eps_1 / D each) in one or two
+        stages (`one_way`)."""
+        return [one_way_release.Scales.of(a, self.one_way_scale) for a in self.attributes]
+
     @property
     def pair_scale(self) -> Fraction:
         return noise.as_scale(Fraction(self.sensitivity * max(self.measurements, 1)) / self.pairs)
@@ -218,7 +226,7 @@ def plan(epsilon: Fraction, noisy_n: int, rows: Rows, relation: str) -> Plan:
     one_way = epsilon if count <= 1 else share_of(epsilon, ONE_WAY_LOW if low else ONE_WAY)
     select = Fraction(0) if count <= 1 else share_of(epsilon, SELECT)
     signal = float(one_way) / max(count, 1) * max(noisy_n, 1) / sens
-    attrs = tuple(a.with_size(signal) for a in base)
+    attrs = tuple(one_way_release.refined(a.with_size(signal)) for a in base)
     pairs = epsilon - one_way - select
 
     def bins_for(measurements: int) -> int:
@@ -343,11 +351,28 @@ class PairCounts:
 
 
 def measure_one_way(
-    counts: list[np.ndarray], mp: Plan, source: noise.RandomSource, ledger: Ledger
-) -> list[np.ndarray]:
-    """The one-way histograms plus discrete Laplace noise (spend recorded)."""
-    scale = mp.one_way_scale
-    noisy = add_noise(counts, scale, source)
+    exact: list[np.ndarray], mp: Plan, source: noise.RandomSource, ledger: Ledger
+) -> list[one_way_release.Release]:
+    """Every attribute's one-way histograms plus noise, in one or two stages (spend recorded)."""
+    releases = one_way_release.measure(exact, mp.attributes, mp.one_way_scales(), source)
+    record_one_way(mp, ledger, len(exact))
+    return releases
+
+
+def record_one_way(mp: Plan, ledger: Ledger, histograms: int) -> None:
+    """The one-way spend: eps_1 over the attributes, each in one or two stages (`one_way`)."""
+    scales = mp.one_way_scales()
+    two = [s for s in scales if s.second is not None]
+    stages = (
+        {
+            "two_stage_attributes": len(two),
+            "first_stage_scale": float(two[0].first),
+            "second_stage_scale": float(two[0].second),
+            "second_stage_share": float(one_way_release.SECOND),
+        }
+        if two
+        else {}
+    )
     ledger.record(
         Spend(
             step="marginals-one-way",
@@ -356,13 +381,13 @@ def measure_one_way(
             sensitivity=mp.sensitivity,
             noise={
                 "distribution": "discrete Laplace",
-                "scale": float(scale),
-                "histograms": len(counts),
+                "scale": float(mp.one_way_scale),
+                "histograms": histograms,
                 "composition": "sequential over the columns, eps/columns each",
+                **stages,
             },
         )
     )
-    return noisy
 
 
 def add_noise(
@@ -398,14 +423,21 @@ def combined_marginals(
     k: list[int],
     measured: dict[tuple[int, int], np.ndarray],
     mp: Plan,
+    variances: Sequence[float] | None = None,
+    support: Sequence[np.ndarray] | None = None,
 ) -> list[np.ndarray]:
     """Each attribute's bin probabilities: the inverse-variance mix of its noisy one-way
     histogram summed into bins and the row (column) sums of every noisy two-way table it is
-    in (independent noise, so this is the least-squares estimate from them), clipped at 0."""
-    v1 = mp.one_way_variance
+    in (independent noise, so this is the least-squares estimate from them), clipped at 0.
+    `variances`: one value's noise variance per attribute (default: the plan's one-way).
+    `support`: the consistent one-way counts; a bin of a two-stage number (`one_way`) where
+    they are all pruned gets nothing: its rows would be placed evenly over the bin, up to a fifth
+    of a count column's rows over its empty tail (a thinly spread column with less signal keeps
+    its pair sums: a nullable date-time's present values, all below the pruning, would go)."""
     v2 = mp.pair_variance if mp.edges else 0.0
     out = []
     for a, (h, b) in enumerate(zip(noisy_one_way, value_bin, strict=True)):
+        v1 = mp.one_way_variance if variances is None else variances[a]
         width = np.bincount(b, minlength=k[a])
         num = np.bincount(b, weights=h, minlength=k[a]) / (width * v1)
         den = 1.0 / (width * v1)
@@ -414,6 +446,9 @@ def combined_marginals(
                 sums, other = (t.sum(axis=1), t.shape[1]) if x == a else (t.sum(axis=0), t.shape[0])
                 num, den = num + sums / (other * v2), den + 1.0 / (other * v2)
         m = np.maximum(num / den, 0.0)
+        if support is not None and mp.attributes[a].first:
+            held = np.bincount(b, weights=support[a], minlength=k[a]) > 0
+            m = np.where(held, m, 0.0) if held.any() else m
         out.append(m / m.sum() if m.sum() > 0 else np.full(k[a], 1.0 / k[a]))
     return out
 
@@ -476,8 +511,14 @@ def run(
         np.bincount(a.atom_value(), weights=c, minlength=a.values).astype(np.int64)
         for a, c in zip(attrs, stats.one_way, strict=True)
     ]
-    noisy_one_way = measure_one_way(exact, mp, source.spawn("one-way"), ledger)
-    one_way = consistent_one_way(noisy_one_way, mp, rng)
+    releases = measure_one_way(exact, mp, source.spawn("one-way"), ledger)
+    one_way = [
+        r.consistent(ONE_WAY_KAPPA if r.attribute.numeric else LEVEL_KAPPA, rng) for r in releases
+    ]
+    noisy_one_way, variances = zip(
+        *(r.for_mix(c) for r, c in zip(releases, one_way, strict=True)), strict=True
+    )
+    noisy_one_way = list(noisy_one_way)
     coarse_bin = [coarse_bins(a, m, mp.bins) for a, m in zip(attrs, one_way, strict=True)]
     value_bin = [b[a.value_coarse()] for a, b in zip(attrs, coarse_bin, strict=True)]
     pair_bin = [b[a.pair_coarse()] for a, b in zip(attrs, coarse_bin, strict=True)]
@@ -502,7 +543,7 @@ def run(
     noisy_all = measure(chosen, tree, mp, measure_source)
     noisy = {e: t for e, t in noisy_all.items() if e not in fine_edges}
     noisy_fine = {e: noisy_all[e] for e in fine_edges}
-    marg = combined_marginals(noisy_one_way, value_bin, k, noisy, mp)
+    marg = combined_marginals(noisy_one_way, value_bin, k, noisy, mp, variances, one_way)
     joints = {**fit_pairs(noisy, marg, total, mp), **grid.fit(noisy_fine, marg, total, k)}
     fine_tables = {e: t for e, t in fine_tables.items() if e not in tree}  # (b, c) candidates
     seconds, fine_c = select_seconds(
@@ -513,7 +554,9 @@ def run(
     extra = measure(chosen, wanted, mp, measure_source)
     fine_edges += [e for e in wanted if e[1] in fine_c]
     noisy_fine.update({e: extra.pop(e) for e in wanted if e[1] in fine_c})
-    marg = combined_marginals(noisy_one_way, value_bin, k, {**noisy, **extra}, mp)
+    marg = combined_marginals(
+        noisy_one_way, value_bin, k, {**noisy, **extra}, mp, variances, one_way
+    )
     fitted = grid.fit(noisy_fine, marg, total, k)
     joints = {**fit_pairs(noisy, marg, total, mp), **{e: fitted[e] for e in tree if e in fitted}}
     extra = {**fit_pairs(extra, marg, total, mp), **{e: fitted[e] for e in wanted if e in fitted}}

@@ -62,6 +62,10 @@ CANDIDATES: dict[str, Mechanism] = {
 # rows (docs/benchmarks.md, "Small tables with levels").
 MARGINALS_FROM_COLUMNS = 4
 MARGINALS_SIGNAL = 90.0
+# From this many columns marginals whatever the signal (issue 37): privtree's cells cut only a few
+# of many columns, and on the small wide tables of docs/benchmarks.md ("Small wide tables") it was
+# behind on every figure but the worst correlation (per-column worst 2-3x marginals').
+MARGINALS_WIDE = 12
 # d -> eps * noisy_rows / sensitivity from which privtree is chosen (inf: never); other d use
 # PRIVTREE_FROM_DEFAULT. Measured on the 72 benchmark cells (d = 1..3) and a check at d = 4, 5.
 PRIVTREE_FROM: dict[int, float] = {1: float("inf")}
@@ -82,7 +86,8 @@ def rule_text() -> str:
     parts.insert(
         0,
         f"marginals with {MARGINALS_FROM_COLUMNS} to {pairs.MAX_COLUMNS} columns when "
-        f"eps*noisy_rows/(sensitivity*columns) >= {MARGINALS_SIGNAL:g}",
+        f"eps*noisy_rows/(sensitivity*columns) >= {MARGINALS_SIGNAL:g} or from "
+        f"{MARGINALS_WIDE} columns on",
     )
     never = f"; never {', '.join(NEVER)} (behind in the accuracy benchmark)" if NEVER else ""
     return "; ".join(parts) + "; otherwise hierarchy" + never
@@ -101,7 +106,7 @@ def choose(
     scale = float(epsilon) / histogram_sensitivity(relation) * max(noisy_rows, 0)
     columns = d if columns is None else columns
     wide = MARGINALS_FROM_COLUMNS <= columns <= pairs.MAX_COLUMNS
-    if wide and scale / max(columns, 1) >= MARGINALS_SIGNAL:
+    if wide and (scale / max(columns, 1) >= MARGINALS_SIGNAL or columns >= MARGINALS_WIDE):
         return "marginals"
     if levels:
         return "privtree"
@@ -130,6 +135,8 @@ def planned(d: int, epsilon: Fraction, relation: str, levels: bool, columns: int
         else:
             rows = math.ceil(start / per_row)
             below = f"privtree from a noisy count of {rows:,} rows, hierarchy below"
+    if MARGINALS_WIDE <= columns <= pairs.MAX_COLUMNS:
+        return head + "marginals"
     if MARGINALS_FROM_COLUMNS <= columns <= pairs.MAX_COLUMNS:
         rows = math.ceil(MARGINALS_SIGNAL * columns / per_row)
         return head + f"marginals from a noisy count of {rows:,} rows; below it {below}"
