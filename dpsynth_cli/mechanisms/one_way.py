@@ -1,15 +1,15 @@
 """The marginals mechanism's one-way release in two stages: a number's runs, then its heavy runs
 split finer (issue 37, "grids for skewed counts and piled-up values").
 
-Why. One flat grid of 2^b runs (`Attribute.with_size`, the 1-D balance of `hierarchy`) fits a
-smooth column, but a count column with most of its mass on 0 (doctor visits on [0, 100]) or a
-reading piled on one value (visibility at its 10-mile cap) puts that mass evenly over the run
-around it: a W1 error of about half a run's width times the pile's share, the largest per-column
-errors of the small wide tables in docs/benchmarks.md. A finer flat grid lets noise through in
-the empty tail. So the release adapts: first the runs, then every run's fine cells (REFINE of
-them, or its codes), which reshape a run only where they show it uneven beyond their noise.
-On NMES1988 (4,406 rows, 19 columns, eps 1) the count columns' W1 fell from 0.02-0.04 to
-0.003-0.009 and the mean 2-way TVD from 0.17 to 0.08 (docs/benchmarks.md, "Small wide tables").
+Why. One flat grid of 2^b runs (`Attribute.with_size`, the 1-D balance of `hierarchy`) fits a smooth
+column, but a count column with most of its mass on 0 (doctor visits on [0, 100]) or a reading piled
+on one value (visibility at its 10-mile cap) puts that mass evenly over the run around it: a W1
+error of about half a run's width times the pile's share, the largest per-column errors of the small
+wide tables in docs/benchmarks.md. A finer flat grid lets noise through in the empty tail. So the
+release adapts: first the runs, then every run's fine cells (REFINE of them, or its codes), which
+reshape a run only where they show it uneven beyond their noise. On NMES1988 (4,406 rows, 19
+columns, eps 1) the count columns' W1 fell from 0.02-0.04 to 0.003-0.009 and the mean 2-way TVD from
+0.17 to 0.08 (docs/benchmarks.md, "Small wide tables and piled-up values").
 
 Privacy. Neighbouring relation add/remove one row (default; replace one row: sensitivity 2,
 `histogram_sensitivity`). An attribute's first stage is its histogram on the runs (and the missing

@@ -203,6 +203,7 @@ class Plan:
                     "grid": a.kind,
                     "atoms": a.atoms,
                     "values": a.values,
+                    **({"first_stage_runs": a.first} if a.first else {}),
                 }
                 for a in self.attributes
             ],

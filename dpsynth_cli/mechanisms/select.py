@@ -63,8 +63,11 @@ CANDIDATES: dict[str, Mechanism] = {
 MARGINALS_FROM_COLUMNS = 4
 MARGINALS_SIGNAL = 90.0
 # From this many columns marginals whatever the signal (issue 37): privtree's cells cut only a few
-# of many columns, and on the small wide tables of docs/benchmarks.md ("Small wide tables") it was
-# behind on every figure but the worst correlation (per-column worst 2-3x marginals').
+# of many columns. On the real tables at 300-1,000 rows (eps 1, 3 seeds; docs/benchmarks.md, "Small
+# wide tables and piled-up values") marginals was ahead of privtree on 4-6 of the 6 figures
+# everywhere, the joint W1 included from 18 columns on (NMES1988, College, breast cancer: 0.24-0.79
+# against 0.34-0.87); with 6-10 columns at low signal privtree kept the joint W1 better (flights at
+# 300 rows: 0.44 against 0.62), which MARGINALS_SIGNAL still gives it.
 MARGINALS_WIDE = 12
 # d -> eps * noisy_rows / sensitivity from which privtree is chosen (inf: never); other d use
 # PRIVTREE_FROM_DEFAULT. Measured on the 72 benchmark cells (d = 1..3) and a check at d = 4, 5.
