@@ -18,8 +18,8 @@ from dpsynth_cli.mechanisms.attributes import ATOMS, Attribute
 from dpsynth_cli.privacy import noise
 from dpsynth_cli.privacy.ledger import Ledger
 from tests.audit import audit
-from tests.test_pairs import one_way_excess
-from tests.test_privacy_audits import report, stream
+from tests.test_pairs import one_way_audit_samples
+from tests.test_privacy_audits import report
 
 
 @pytest.mark.parametrize(
@@ -125,27 +125,7 @@ def test_two_stage_one_way_audit(variant, monkeypatch):
     assert [(a.first, a.size) for a in attrs] == [(16, 64), (16, 64)]
     value = [int(a.atom_value()[a.encode(added)[0]]) for a in attrs]
 
-    def exact(data):
-        counts = data.collect(lambda: pairs.PairCounts(attrs))
-        return [
-            np.bincount(a.atom_value(), weights=c, minlength=a.values).astype(np.int64)
-            for a, c in zip(attrs, counts.one_way, strict=True)
-        ]
-
-    truth = exact(rows)
-    sides = []
-    for side, data in (("X", rows), ("X'", plus)):
-        counts, src = exact(data), stream(f"one_way/{variant}/{side}")
-        sides.append(
-            np.array(
-                [
-                    one_way_excess(
-                        pairs.measure_one_way(counts, plan, src, Ledger(AUDIT_EPS)), truth, value
-                    )
-                    for _ in range(AUDIT_RUNS)
-                ]
-            )
-        )
+    sides = one_way_audit_samples(plan, rows, plus, value, f"one_way/{variant}", AUDIT_RUNS)
     result = audit(sides[0], sides[1], names=["one-way excess"])
     share = float(plan.one_way)
     report(f"two-stage one-way eps={share:.2f} {variant}", result, time.perf_counter() - begin)

@@ -379,6 +379,31 @@ def one_way_excess(
     )
 
 
+def exact_one_way(rows, attrs) -> list[np.ndarray]:
+    """Each attribute's exact counts per value (and missing): what `measure_one_way` takes."""
+    counts = rows.collect(lambda: pairs.PairCounts(attrs))
+    return [
+        np.bincount(a.atom_value(), weights=c, minlength=a.values).astype(np.int64)
+        for a, c in zip(attrs, counts.one_way, strict=True)
+    ]
+
+
+def one_way_audit_samples(
+    plan: pairs.Plan, base, plus, values: list[int], name: str, runs: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """`one_way_excess` of `runs` one-way releases of X = base and of X' = plus (the added
+    row's values `values`), on the streams name/X and name/X'."""
+    truth = exact_one_way(base, plan.attributes)
+    out = []
+    for side, rows in (("X", base), ("X'", plus)):
+        counts, src = exact_one_way(rows, plan.attributes), stream(f"{name}/{side}")
+        releases = (
+            pairs.measure_one_way(counts, plan, src, Ledger(plan.epsilon)) for _ in range(runs)
+        )
+        out.append(np.array([one_way_excess(r, truth, values) for r in releases]))
+    return out[0], out[1]
+
+
 def measurement_samples(step: str, variant: str):
     """Statistic per run: over every histogram the step measures, the least excess of the
     noisy count in the added row's cell over X's true count (its threshold events have
@@ -396,12 +421,8 @@ def measurement_samples(step: str, variant: str):
 
     def statistics(data):
         counts = data.collect(lambda: pairs.PairCounts(attrs))
-        one_way = [
-            np.bincount(a.atom_value(), weights=c, minlength=a.values).astype(np.int64)
-            for a, c in zip(attrs, counts.one_way, strict=True)
-        ]
         tables = pairs.binned_tables(counts.two_way, pair_bin, [2, 2, 2])
-        return one_way, {e: tables[e] for e in measured}
+        return exact_one_way(data, attrs), {e: tables[e] for e in measured}
 
     base_one, base_two = statistics(rows)
     out = []

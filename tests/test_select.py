@@ -41,13 +41,18 @@ def test_choice_depends_on_eps_times_noisy_rows_per_unit_of_sensitivity(monkeypa
     assert select.choose(5, Fraction(1), 360, "add-remove", True, columns=4) == "marginals"
     assert select.choose(5, Fraction(1), 359, "add-remove", True, columns=4) == "privtree"
     assert select.rule_text().startswith("marginals with 4 to 100 columns")
-    # From MARGINALS_WIDE (12) columns on: marginals whatever the signal.
+    # From MARGINALS_WIDE (12) columns on: marginals from a signal of 8 a column.
     assert select.choose(11, Fraction(1), 500, "add-remove", levels=True) == "privtree"
     assert select.choose(12, Fraction(1), 500, "add-remove", levels=True) == "marginals"
-    assert select.choose(31, Fraction(1, 2), 100, "add-remove") == "marginals"
+    assert select.choose(12, Fraction(1), 96, "add-remove", levels=True) == "marginals"
+    assert select.choose(12, Fraction(1), 95, "add-remove", levels=True) == "privtree"
+    assert select.choose(31, Fraction(1, 2), 496, "add-remove") == "marginals"
+    assert select.choose(20, Fraction(1), 50, "add-remove") != "marginals"
     assert select.choose(101, Fraction(1), 500, "add-remove") == "hierarchy"
-    assert "from 12 columns on" in select.rule_text()
-    assert select.planned(31, Fraction(1), "add-remove", False, 31).endswith(": marginals")
+    assert ">= 8 from 12 columns on" in select.rule_text()
+    assert "marginals from a noisy count of 248 rows" in select.planned(
+        31, Fraction(1), "add-remove", False, 31
+    )
 
 
 def force(monkeypatch, name: str) -> None:
@@ -55,7 +60,7 @@ def force(monkeypatch, name: str) -> None:
     marginals = name == "marginals"
     monkeypatch.setattr(select, "MARGINALS_FROM_COLUMNS", 2)
     monkeypatch.setattr(select, "MARGINALS_SIGNAL", 0.0 if marginals else float("inf"))
-    monkeypatch.setattr(select, "MARGINALS_WIDE", 2 if marginals else 10**9)
+    monkeypatch.setattr(select, "MARGINALS_WIDE", 10**9)
     threshold = 0.0 if name == "privtree" else 1e18
     monkeypatch.setattr(select, "PRIVTREE_FROM", {2: threshold})
     monkeypatch.setattr(select, "PRIVTREE_FROM_DEFAULT", threshold)

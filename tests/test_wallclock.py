@@ -31,7 +31,7 @@ from dpsynth_cli.privacy.ledger import Ledger
 from dpsynth_cli.schema_file import schema_column
 from tests.audit import audit
 from tests.test_neighbours import compare, fix_releases
-from tests.test_pairs import one_way_excess
+from tests.test_pairs import one_way_audit_samples
 from tests.test_privacy_audits import report, stream
 
 ZONE = "America/New_York"
@@ -247,23 +247,8 @@ def one_way_samples(variant: str, monkeypatch) -> tuple[np.ndarray, np.ndarray, 
     assert [a.part.name if a.part else None for a in attrs] == ["week", "weekday", "time", None]
     value = [a.atom_value()[a.encode(added)[0]] for a in attrs]
 
-    def one_way(rows):
-        counts = rows.collect(lambda: pairs.PairCounts(attrs))
-        return [
-            np.bincount(a.atom_value(), weights=c, minlength=a.values).astype(np.int64)
-            for a, c in zip(attrs, counts.one_way, strict=True)
-        ]
-
-    truth = one_way(base)
-    out = []
-    for side, rows in (("X", base), ("X'", plus)):
-        counts, src = one_way(rows), stream(f"wallclock/{variant}/{side}")
-        runs = []
-        for _ in range(AUDIT_RUNS):
-            noisy = pairs.measure_one_way(counts, plan, src, Ledger(AUDIT_EPS))
-            runs.append(one_way_excess(noisy, truth, value))
-        out.append(np.array(runs))
-    return out[0], out[1], plan.one_way
+    a, b = one_way_audit_samples(plan, base, plus, value, f"wallclock/{variant}", AUDIT_RUNS)
+    return a, b, plan.one_way
 
 
 @pytest.mark.heavy

@@ -67,8 +67,11 @@ MARGINALS_SIGNAL = 90.0
 # wide tables and piled-up values") marginals was ahead of privtree on 4-6 of the 6 figures
 # everywhere, the joint W1 included from 18 columns on (NMES1988, College, breast cancer: 0.24-0.79
 # against 0.34-0.87); with 6-10 columns at low signal privtree kept the joint W1 better (flights at
-# 300 rows: 0.44 against 0.62), which MARGINALS_SIGNAL still gives it.
+# 300 rows: 0.44 against 0.62), which MARGINALS_SIGNAL still gives it. Down to a signal of
+# MARGINALS_WIDE_SIGNAL a column (the sweep's least: cancer at 300 rows, 9): below it (50 rows of
+# 20 columns) the noisy count itself is mostly noise and privtree's leaves keep the rows.
 MARGINALS_WIDE = 12
+MARGINALS_WIDE_SIGNAL = 8.0
 # d -> eps * noisy_rows / sensitivity from which privtree is chosen (inf: never); other d use
 # PRIVTREE_FROM_DEFAULT. Measured on the 72 benchmark cells (d = 1..3) and a check at d = 4, 5.
 PRIVTREE_FROM: dict[int, float] = {1: float("inf")}
@@ -89,8 +92,8 @@ def rule_text() -> str:
     parts.insert(
         0,
         f"marginals with {MARGINALS_FROM_COLUMNS} to {pairs.MAX_COLUMNS} columns when "
-        f"eps*noisy_rows/(sensitivity*columns) >= {MARGINALS_SIGNAL:g} or from "
-        f"{MARGINALS_WIDE} columns on",
+        f"eps*noisy_rows/(sensitivity*columns) >= {MARGINALS_SIGNAL:g}, or >= "
+        f"{MARGINALS_WIDE_SIGNAL:g} from {MARGINALS_WIDE} columns on",
     )
     never = f"; never {', '.join(NEVER)} (behind in the accuracy benchmark)" if NEVER else ""
     return "; ".join(parts) + "; otherwise hierarchy" + never
@@ -109,7 +112,9 @@ def choose(
     scale = float(epsilon) / histogram_sensitivity(relation) * max(noisy_rows, 0)
     columns = d if columns is None else columns
     wide = MARGINALS_FROM_COLUMNS <= columns <= pairs.MAX_COLUMNS
-    if wide and (scale / max(columns, 1) >= MARGINALS_SIGNAL or columns >= MARGINALS_WIDE):
+    per_column = scale / max(columns, 1)
+    many = columns >= MARGINALS_WIDE and per_column >= MARGINALS_WIDE_SIGNAL
+    if wide and (per_column >= MARGINALS_SIGNAL or many):
         return "marginals"
     if levels:
         return "privtree"
@@ -138,10 +143,10 @@ def planned(d: int, epsilon: Fraction, relation: str, levels: bool, columns: int
         else:
             rows = math.ceil(start / per_row)
             below = f"privtree from a noisy count of {rows:,} rows, hierarchy below"
-    if MARGINALS_WIDE <= columns <= pairs.MAX_COLUMNS:
-        return head + "marginals"
     if MARGINALS_FROM_COLUMNS <= columns <= pairs.MAX_COLUMNS:
-        rows = math.ceil(MARGINALS_SIGNAL * columns / per_row)
+        wide = columns >= MARGINALS_WIDE
+        signal = MARGINALS_WIDE_SIGNAL if wide else MARGINALS_SIGNAL
+        rows = math.ceil(signal * columns / per_row)
         return head + f"marginals from a noisy count of {rows:,} rows; below it {below}"
     return head + below
 
