@@ -54,6 +54,10 @@ class Histograms:
         for j, cells in enumerate(self.columns):
             cells.add(coords[:, j : j + 1], 0, values[:, j : j + 1])
 
+    def add_column(self, j: int, coords: np.ndarray, values: np.ndarray) -> None:
+        """Column j of a batch alone (1-D coords and values): one column's copies at a time."""
+        self.columns[j].add(coords[:, None], 0, values[:, None])
+
     def merge(self, other: Histograms) -> Histograms:
         for mine, theirs in zip(self.columns, other.columns, strict=True):
             mine.merge(theirs)
