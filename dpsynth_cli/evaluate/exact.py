@@ -19,7 +19,7 @@ import numpy as np
 
 GRID_BITS = 32  # q in [-2^31, 2^31]
 HALF_BITS = 16  # h in [-2^15, 2^15], l in [0, 2^16): products below 2^32
-CHUNK_ROWS = 1 << 20  # 2^20 products below 2^32 sum below 2^52 < 2^53: exact in float64
+CHUNK_ROWS = 1 << 16  # products below 2^32: sums of up to 2^20 stay exact; 2^16 bounds memory
 
 
 def grid_parts(unit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

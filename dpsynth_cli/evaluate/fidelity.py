@@ -132,7 +132,10 @@ class PairCounts:
         if X.shape[0] == 0:
             return
         self.n += X.shape[0]
-        codes = [bin_codes(X[:, j], s, self.bins) for j, s in enumerate(self.specs)]
+        # int32 codes (a few levels or bins): half the memory of the batch's codes
+        codes = [
+            bin_codes(X[:, j], s, self.bins).astype(np.int32) for j, s in enumerate(self.specs)
+        ]
         for j, c in enumerate(codes):
             self.one[j] += np.bincount(c, minlength=self.sizes[j])
         for a, b in self.pairs:
