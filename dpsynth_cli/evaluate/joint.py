@@ -39,16 +39,21 @@ NOTES = {
     "tables, slower)",
     "full": "certified bracket for the whole tables (dyadic cells of every row) and a "
     "subsample estimate from the uniform samples",
-    "skip": "skipped (--joint-w1 skip): only the certified lower bound from the columns' "
+    "none": "skipped (--joint-w1 skip): only the certified lower bound from the columns' "
     "histograms, which costs nothing more",
 }
 
 
 def table_lower(stats: list[TableStats], brackets: list[tuple[float, float]]) -> float:
-    """The largest certified 1-D lower bound over the columns' cube coordinates (`brackets`:
-    each histogram column's, `w1_binned.w1_1d_bracket`): <= the W1 of the whole tables on the
-    unit cube (a coordinate is 1-Lipschitz for L-infinity)."""
-    return max(brackets[k][0] / scale for k, scale in stats[0].cube)
+    """The largest certified 1-D lower bound over the number columns' cube coordinates
+    (`brackets`: each histogram column's, `w1_binned.w1_1d_bracket`): <= the W1 of the whole
+    tables on the unit cube (a coordinate is 1-Lipschitz for L-infinity). Level columns are
+    left out: their histograms are of codes, not of the cube's level slots (0 if only those)."""
+    real = stats[0]
+    return max(
+        (brackets[k][0] / scale for j, (k, scale) in enumerate(real.cube) if j not in real.levels),
+        default=0.0,
+    )
 
 
 def joint_w1(

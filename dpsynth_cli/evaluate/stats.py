@@ -72,6 +72,7 @@ class TableStats:
         width = self.upper - self.lower
         self.width = np.where(width > 0, width, 1.0)
         self.padded = [j for j, s in enumerate(specs) if s.kind == "integer"]
+        self.levels = {j for j, s in enumerate(specs) if s.kind in LEVEL_KINDS}
         self.padded_domain = Domain(tuple(specs[j] for j in self.padded))
         # cube[j] = (histogram column, units of that column per unit of the cube coordinate)
         self.cube = [(j, float(self.upper[j] - self.lower[j])) for j in range(d)]
