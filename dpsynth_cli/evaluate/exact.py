@@ -36,8 +36,8 @@ class ExactSums:
     = sum of q_a^2 over them, cross[a, b] = sum of q_a q_b; exact integers (object arrays of
     Python ints). Mergeable in any order."""
 
-    def __init__(self, k: int) -> None:
-        self.k = k
+    def __init__(self, k: int, pairs: bool = True) -> None:
+        self.k, self.pairs = k, pairs  # pairs=False: the diagonal only (a column's own sums)
         zero = np.zeros((k, k), dtype=np.int64)
         self.count, self.first, self.second, self.cross = (zero.astype(object) for _ in range(4))
 
@@ -50,6 +50,12 @@ class ExactSums:
             h, low = grid_parts(unit[lo : lo + CHUNK_ROWS])
             h *= p  # 0 where missing: products then count rows where both are present
             low *= p
+            if not self.pairs:  # column sums (each below 2^52: exact), on the diagonal
+                column = [v.sum(axis=0) for v in (p, h, low, h * h, h * low, low * low)]
+                for i, v in enumerate(column + column[3:]):  # cross = second on the diagonal
+                    parts[i] = np.diag(v.astype(np.int64))
+                self._fold(parts)
+                continue
             hT, lT = h.T, low.T
             for i, m in enumerate(
                 (

@@ -85,7 +85,7 @@ class TableStats:
         ]
         self.side, self.n = side, 0
         self.hist = Histograms(d + len(self.padded), max_bins)
-        self.moments = ExactSums(len(self.measured))
+        self.moments = ExactSums(len(self.measured), pairs=False)
         self.pairs = PairCounts(specs)
         self.sample = HashSample(sample_rows, d, seed)
         self.cells = DyadicCells(d, max_cells) if cells else None

@@ -262,7 +262,11 @@ def _shift_to_fit(sorted_codes: np.ndarray, cap: int) -> int:
     s levels keeps 1 + #(neighbours whose codes differ above bit s) distinct codes."""
     if sorted_codes.size <= cap:
         return 0
-    parts = _bit_length(sorted_codes[1:] ^ sorted_codes[:-1])  # 0 for equal neighbours
+    xor = sorted_codes[1:] ^ sorted_codes[:-1]  # 0 for equal neighbours
+    if sorted_codes[-1] < np.uint64(1 << 52):  # exact in float64 (a column's histogram)
+        parts = np.frexp(xor.astype(np.float64))[1].astype(np.int64)
+    else:
+        parts = _bit_length(xor)
     above = np.cumsum(np.bincount(parts, minlength=65)[::-1])[::-1]  # above[s] = #(parts >= s)
     return int(np.flatnonzero(1 + above[1:] <= cap)[0])  # 1 + #(parts > s) <= cap
 
