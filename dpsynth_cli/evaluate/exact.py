@@ -50,15 +50,21 @@ class ExactSums:
             h, low = grid_parts(unit[lo : lo + CHUNK_ROWS])
             h *= p  # 0 where missing: products then count rows where both are present
             low *= p
-            if not self.pairs:  # column sums (each below 2^52: exact), on the diagonal
+            full = bool(present[lo : lo + CHUNK_ROWS].all())
+            if full or not self.pairs:  # column sums (each below 2^52: exact)
                 column = [v.sum(axis=0) for v in (p, h, low, h * h, h * low, low * low)]
-                for i, v in enumerate(column + column[3:]):  # cross = second on the diagonal
-                    parts[i] = np.diag(v.astype(np.int64))
-                self._fold(parts)
-                continue
+                for i, v in enumerate(column):  # every row present: the same for each b
+                    parts[i] = np.diag(v) if not full else np.broadcast_to(v[:, None], (k, k))
+                if not self.pairs:  # the diagonal only: cross = second there
+                    parts[6:] = parts[3:6]
+                    self._fold(parts)
+                    continue
             hT, lT = h.T, low.T
-            for i, m in enumerate(
-                (
+            if full:
+                products = (hT @ h, hT @ low, lT @ low)
+                start = 6
+            else:
+                products = (
                     p.T @ p,
                     hT @ p,
                     lT @ p,
@@ -69,8 +75,9 @@ class ExactSums:
                     hT @ low,
                     lT @ low,
                 )
-            ):
-                parts[i] = m.astype(np.int64)
+                start = 0
+            for i, m in enumerate(products, start):
+                parts[i] = m
             self._fold(parts)
 
     def _fold(self, parts: np.ndarray) -> None:

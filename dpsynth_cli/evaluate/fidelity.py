@@ -19,10 +19,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from itertools import combinations
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from dpsynth_cli.domain import DISCRETE, LEVEL_KINDS, ColumnSpec, value_matrix
@@ -54,7 +53,10 @@ DEFINITIONS = {
 # a variance on the 0-1 scale below this is rounding (sums of centred values): a constant column
 CONSTANT = 1e-15
 NUMERIC = ("float", "integer", "date", "datetime")
-TableLike = np.ndarray | pd.DataFrame | pa.Table
+if TYPE_CHECKING:  # pandas takes a second to import: only when a frame is given
+    import pandas as pd
+
+TableLike: TypeAlias = "np.ndarray | pd.DataFrame | pa.Table"
 
 
 def unit_interval(spec: ColumnSpec) -> tuple[float, float]:
@@ -186,7 +188,7 @@ def as_values(table: TableLike, specs: Sequence[ColumnSpec]) -> np.ndarray:
     missing value in a column that is not nullable dropped, as dpsynth reads a file."""
     if isinstance(table, np.ndarray):
         return np.asarray(table, dtype=np.float64).reshape(-1, len(specs))
-    if isinstance(table, pd.DataFrame):
+    if type(table).__module__.startswith("pandas"):  # a DataFrame (pandas not imported here)
         table = pa.Table.from_pandas(table[[s.name for s in specs]], preserve_index=False)
     return value_matrix(table, list(specs)).reshape(-1, len(specs))
 
