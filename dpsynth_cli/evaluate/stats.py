@@ -97,18 +97,19 @@ class TableStats:
             return
         self.n += X.shape[0]
         scaled = np.empty((X.shape[0], len(self.measured)))
-        for j in range(X.shape[1]):
-            clamped = np.clip(X[:, j], self.lower[j], self.upper[j])
+        for j in range(X.shape[1]):  # sorted: the histogram's order (the sums take any)
+            clamped = np.sort(np.clip(X[:, j], self.lower[j], self.upper[j]))
             coord = clamped - self.lower[j]
             coord /= self.upper[j] - self.lower[j]
-            self.hist.add_column(j, coord, clamped)
+            self.hist.add_sorted(j, np.clip(coord, 0.0, 1.0), clamped)
             if j in self.measured:
                 k = self.measured.index(j)
                 scaled[:, k] = coord if self.width[j] == self.upper[j] - self.lower[j] else 0.0
         if self.padded:
             unit = self.padded_domain.to_unit(X[:, self.padded])
             for k in range(len(self.padded)):
-                self.hist.add_column(X.shape[1] + k, unit[:, k], unit[:, k])
+                column = np.sort(unit[:, k])
+                self.hist.add_sorted(X.shape[1] + k, column, column)
         if self.measured:
             self.moments.add(scaled, np.ones(scaled.shape, dtype=bool))
         del scaled

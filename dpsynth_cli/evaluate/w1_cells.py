@@ -36,6 +36,8 @@ deeper is never worse); they never invalidate it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from dpsynth_cli.evaluate.w1_tree import (
@@ -84,30 +86,15 @@ class DyadicCells:
         self._pending_cells = 0
 
     # The table, its pending cells merged in first (`_flush`).
-    @property
-    def depth(self) -> int:
-        self._flush()
-        return self._depth
+    depth = property(lambda self: self._flushed("_depth"), doc="levels of the partition")
+    codes = property(lambda self: self._flushed("_codes"), doc="occupied cells' Morton codes")
+    counts = property(lambda self: self._flushed("_counts"), doc="points per cell and side")
+    lo = property(lambda self: self._flushed("_lo"), doc="cells' boxes: lowest values (d, k)")
+    hi = property(lambda self: self._flushed("_hi"), doc="cells' boxes: highest values (d, k)")
 
-    @property
-    def codes(self) -> np.ndarray:
+    def _flushed(self, name: str) -> Any:
         self._flush()
-        return self._codes
-
-    @property
-    def counts(self) -> np.ndarray:
-        self._flush()
-        return self._counts
-
-    @property
-    def lo(self) -> np.ndarray:
-        self._flush()
-        return self._lo
-
-    @property
-    def hi(self) -> np.ndarray:
-        self._flush()
-        return self._hi
+        return getattr(self, name)
 
     def add(self, U: np.ndarray, side: int, values: np.ndarray | None = None) -> None:
         """Points U (k, d) of side 0 (mu) or 1 (nu), clamped onto [0, 1]^d. The boxes bound
@@ -116,7 +103,8 @@ class DyadicCells:
         if U.shape[0] == 0:
             return
         if self.d == 1:
-            self._add_line(U[:, 0], side, None if values is None else values[:, 0])
+            u = np.sort(np.clip(U[:, 0], 0.0, 1.0))
+            self.add_sorted(u, side, u if values is None else np.sort(values[:, 0]))
             return
         U = np.clip(U, 0.0, 1.0)
         bits = level_bits(self._depth, self.d)
@@ -140,13 +128,11 @@ class DyadicCells:
             np.maximum.reduceat(points, starts, axis=1),
         )
 
-    def _add_line(self, u: np.ndarray, side: int, values: np.ndarray | None) -> None:
-        """`add` in 1-D (a column's histogram, `w1_binned`): the codes are the grid integers
-        and the values are non-decreasing in u, so sorting each (no argsort, no gathers) lines
-        them up, and a bin's minimum and maximum are its first and last sorted value. The same
-        cells, bit for bit, as the d-dimensional way."""
-        u = np.sort(np.clip(u, 0.0, 1.0))
-        values = u if values is None else np.sort(values)
+    def add_sorted(self, u: np.ndarray, side: int, values: np.ndarray) -> None:
+        """`add` in 1-D (a column's histogram, `w1_binned`) of sorted coordinates u in [0, 1]
+        and their values, sorted too (non-decreasing in u: sorting each lines them up). The
+        codes are the grid integers, sorted already (no argsort, no gathers), and a bin's
+        minimum and maximum are its first and last value: the cells of `add`, bit for bit."""
         codes = grid_ints(u, self._depth)
         shift = _shift_to_fit(codes, self.max_cells)
         self._coarsen(shift)
