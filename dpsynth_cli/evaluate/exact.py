@@ -46,13 +46,16 @@ class ExactSums:
         k = self.k
         parts = np.zeros((9, k, k), dtype=np.int64)  # count, h, l, hh, hl, ll (first args), ...
         for lo in range(0, unit.shape[0], CHUNK_ROWS):
-            p = present[lo : lo + CHUNK_ROWS].astype(np.float64)
+            p = present[lo : lo + CHUNK_ROWS]
+            full = bool(p.all())
+            p = np.ones(p.shape) if full else p.astype(np.float64)
             h, low = grid_parts(unit[lo : lo + CHUNK_ROWS])
-            h *= p  # 0 where missing: products then count rows where both are present
-            low *= p
-            full = bool(present[lo : lo + CHUNK_ROWS].all())
-            if full or not self.pairs:  # column sums (each below 2^52: exact)
-                column = [v.sum(axis=0) for v in (p, h, low, h * h, h * low, low * low)]
+            if not full:  # 0 where missing: products then count rows where both are present
+                h *= p
+                low *= p
+            if full or not self.pairs:  # column sums (each below 2^52: exact), by BLAS
+                one = np.ones(p.shape[0])
+                column = [one @ v for v in (p, h, low, h * h, h * low, low * low)]
                 for i, v in enumerate(column):  # every row present: the same for each b
                     parts[i] = np.diag(v) if not full else np.broadcast_to(v[:, None], (k, k))
                 if not self.pairs:  # the diagonal only: cross = second there

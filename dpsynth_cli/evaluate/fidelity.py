@@ -151,8 +151,9 @@ class PairCounts:
     def _add_moments(self, X: np.ndarray) -> None:
         present = np.column_stack([~missing_mask(X[:, j], self.specs[j]) for j in self.numeric])
         unit = np.column_stack([unit_values(X[:, j], self.specs[j]) for j in self.numeric])
-        self.low = np.fmin(self.low, np.where(present, unit, np.inf).min(axis=0))
-        self.high = np.fmax(self.high, np.where(present, unit, -np.inf).max(axis=0))
+        full = present.all()
+        self.low = np.fmin(self.low, (unit if full else np.where(present, unit, np.inf)).min(0))
+        self.high = np.fmax(self.high, (unit if full else np.where(present, unit, -np.inf)).max(0))
         self.moments.add(unit, present)
 
     def merge(self, other: PairCounts) -> PairCounts:
