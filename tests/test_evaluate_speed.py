@@ -153,5 +153,5 @@ def test_dask_workers_give_the_local_report(tmp_path):
             dask_engine.dask_rows(client, parts[1], SPECS) as s,
         ):
             rows = [x.map(partial(complete_rows), len(SPECS)) for x in (r, s)]
-            remote = compare.evaluate_rows(*rows, SPECS, 1, limits).report
+            remote = compare.evaluate(*rows, SPECS, 1, limits).report
     assert json.dumps(remote) == json.dumps(local)

@@ -175,36 +175,25 @@ class Evaluation:
 
 
 def evaluate(
-    real: TableData,
-    synth: TableData,
+    real: TableData | Rows,
+    synth: TableData | Rows,
     specs: list[ColumnSpec],
     seed: int | None = None,
     limits: Limits = Limits(),
     joint: str = "sample",
 ) -> Evaluation:
     """The full comparison, labelled as not differentially private, from one pass over each
-    table (`evaluate_rows`)."""
-    rows = [value_rows(data, specs) for data in (real, synth)]
-    return evaluate_rows(*rows, specs, seed, limits, joint)
-
-
-def evaluate_rows(
-    real: Rows,
-    synth: Rows,
-    specs: list[ColumnSpec],
-    seed: int | None = None,
-    limits: Limits = Limits(),
-    joint: str = "sample",
-) -> Evaluation:
-    """`evaluate` on the tables' value rows, read in one pass each (memory: a batch and
-    bounded statistics, see `stats.TableStats`); the passes run where the rows are (the
-    machine's cores, or Dask workers: `engine.dask.dask_rows`) with the same figures.
+    table (memory: a batch and bounded statistics, see `stats.TableStats`). A table is read
+    from its data, or given as its value rows (`Rows`, e.g. held by Dask workers:
+    `engine.dask.dask_rows(...).map(complete_rows, d)`); the passes run where the rows are (the
+    machine's cores, or the workers) with the same figures.
 
     Level shares, 2-way TVDs and correlations are exact counts and sums; a numeric column's
     W1 is the middle of its certified bracket (exact when its histogram bins hold one distinct
     value each: tables within `max_bins` rows, columns with few distinct values), its
     quantiles exact or within a bin; the joint W1 as `joint` says (`joint.MODES`).
     """
+    real, synth = (t if isinstance(t, Rows) else value_rows(t, specs) for t in (real, synth))
     if joint not in MODES:
         raise UsageError(f"--joint-w1 must be one of {', '.join(MODES)}")
     d = len(specs)
