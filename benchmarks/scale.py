@@ -11,7 +11,10 @@ Cells (targets from the issue):
 * ``parquet-30``: 10^7 x 30 Parquet with ``--dim auto``: bounded memory;
 * ``dask``: the 10^8-row file with ``--engine dask`` (LocalCluster, 2 workers) next to local;
 * ``evaluate``: ``dpsynth evaluate`` of a 10^7 x 2 Parquet file against its synthetic table
-  (made first, not timed): memory bounded by a batch and the streamed statistics.
+  (made first, not timed): memory bounded by a batch and the streamed statistics;
+* ``evaluate-diamonds``: ``dpsynth evaluate`` of diamonds resampled to 10^6 x 10 against its
+  synthetic table, alternating with the baseline ``--runs`` times: <= 10 x the baseline's wall
+  time and <= 1 GiB (`benchmarks.scale_evaluate`).
 
 The baseline is what pyarrow alone needs to read the file batch by batch and write a file of the
 same size and format (the same batches back), in a fresh process. Every command runs in a fresh
@@ -34,6 +37,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
+
+from benchmarks import scale_evaluate
 
 ROOT = Path(__file__).resolve().parents[1]
 CHUNK = 2_000_000
@@ -116,7 +121,9 @@ def measure(cmd: list[str]) -> tuple[float, float, float]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dir", default=str(ROOT / "benchmarks" / "out" / "scale"))
-    p.add_argument("--cells", default="parquet-2,csv-2,parquet-30,dask,evaluate")
+    p.add_argument("--cells", default="parquet-2,csv-2,parquet-30,dask,evaluate,evaluate-diamonds")
+    p.add_argument("--runs", type=int, default=3, help="runs of evaluate-diamonds")
+    p.add_argument("--evaluate-flags", default="", help="more flags for evaluate-diamonds")
     p.add_argument("--rows", type=float, default=1e8, help="rows of the 2-column Parquet file")
     p.add_argument("--csv-rows", type=float, default=1e7)
     p.add_argument("--wide-rows", type=float, default=1e7)
@@ -140,6 +147,10 @@ def main() -> None:
     )
     print("|---|---|---|---:|---:|---:|---:|---:|---:|")
     for cell in cells:
+        if cell == "evaluate-diamonds":
+            extra = args.evaluate_flags.split()
+            scale_evaluate.run(out, args.runs, measure, BASELINE, extra)
+            continue
         n, d, fmt = rows["parquet-2" if cell == "dask" else cell]
         src = out / f"scale_{n}x{d}.{fmt}"
         generate(src, n, d, fmt)

@@ -475,6 +475,16 @@ def evaluate(
             help="Seed for the subsample W1 estimate on large tables, e.g. --seed 1.",
         ),
     ] = None,
+    joint_w1: Annotated[
+        str,
+        typer.Option(
+            "--joint-w1",
+            metavar="HOW",
+            help="The whole table's W1 for tables larger than its samples (2^16 rows): sample "
+            "(on uniform samples, with the tables' proven lower bound), full (proven bounds "
+            "from every row: slower), skip (the lower bound only). The report says which.",
+        ),
+    ] = "sample",
     batch_rows: opt.BatchRows = None,
     input_format: opt.InputFormat = None,
     delimiter: opt.Delimiter = None,
@@ -515,6 +525,7 @@ def evaluate(
             seed,
             passes=lambda source: feedback.passes(source.batches, source.num_rows),
             step=feedback.step,
+            joint=joint_w1,
         )
     if plot:
         pair = _plot_pair(plot_columns, names)

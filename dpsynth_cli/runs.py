@@ -149,11 +149,13 @@ def compare_tables(
     *,
     passes: Callable[[io.InputSource], Callable[[], Any]] | None = None,
     step: Callable[[str], contextlib.AbstractContextManager] | None = None,
+    joint: str = "sample",
 ) -> tuple[Any, list[ColumnSpec], list[str]]:
     """`evaluate`: the compared columns (`specs` from a synth report, else from declarations and
     the real table: evaluate is not private, so it may look at values), the synthetic table
     opened with exactly those columns, and the comparison: (`compare.Evaluation`, the compared
-    columns' specs, their names)."""
+    columns' specs, their names); `joint`: how the whole table's W1 is computed
+    (`evaluate.joint.MODES`)."""
     from dpsynth_cli.evaluate import compare
 
     passes = passes or (lambda source: source.batches)
@@ -171,7 +173,7 @@ def compare_tables(
     with step("reading both tables: W1 and per-column figures"):
         if choice is not None:
             specs = compare.fill_bounds_from_data(choice.specs, real_data, synth_data)
-        result = compare.evaluate(real_data, synth_data, specs, seed)
+        result = compare.evaluate(real_data, synth_data, specs, seed, joint=joint)
     return result, specs, names
 
 

@@ -226,15 +226,16 @@ def frames(n=600, m=500):
     return real, synth
 
 
-def streamed(real, synth, specs, size, limits):
-    """compare.evaluate fed record batches of `size` rows."""
+def streamed(real, synth, specs, size, limits, joint="full"):
+    """compare.evaluate fed record batches of `size` rows (the joint W1's certified bracket of
+    the whole tables unless `joint` says otherwise)."""
     from dpsynth_cli.evaluate import compare
 
     def batches(frame):
         table = pa.Table.from_pandas(frame, preserve_index=False)
         return lambda: table.to_batches(max_chunksize=size)
 
-    return compare.evaluate(batches(real), batches(synth), specs, 1, limits).report
+    return compare.evaluate(batches(real), batches(synth), specs, 1, limits, joint).report
 
 
 def test_streamed_statistics_bracket_the_in_memory_figures(capsys):

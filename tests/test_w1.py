@@ -14,7 +14,8 @@ from scipy.optimize import linear_sum_assignment, linprog
 from scipy.stats import wasserstein_distance
 
 from dpsynth_cli.errors import DpsynthError
-from dpsynth_cli.evaluate.stats import Moments, Reservoir
+from dpsynth_cli.evaluate.exact import ExactSums
+from dpsynth_cli.evaluate.sample import HashSample
 from dpsynth_cli.evaluate.w1 import (
     W1InputError,
     W1SolverError,
@@ -429,30 +430,40 @@ def test_binned_1d_bracket_contains_exact_and_is_exact_with_enough_bins():
                 assert err.max() <= 1e-12
 
 
-def test_moments_match_numpy_whatever_the_batches():
+def test_exact_sums_match_numpy_and_do_not_depend_on_the_batches():
     rng = np.random.default_rng(14)
-    X = rng.normal(5, 3, (500, 3)) @ rng.random((3, 3))
-    moments = Moments(3)
-    for part in batched(X, 97):
-        moments.add(part)
-    assert moments.mean == pytest.approx(X.mean(axis=0), rel=1e-12)
-    assert moments.std() == pytest.approx(X.std(axis=0), rel=1e-12)
-    assert moments.correlation() == pytest.approx(np.corrcoef(X, rowvar=False), rel=1e-12)
+    U = np.clip(rng.normal(0.5, 0.15, (500, 3)) @ np.diag([1.0, 0.5, 0.2]), 0, 1)
+    U[:, 2] = np.clip(U[:, 2] + 0.5 * U[:, 0], 0, 1)
+    present = rng.random(U.shape) > 0.1
+    one, many = ExactSums(3), ExactSums(3)
+    one.add(U, present)
+    for part, mask in zip(batched(U, 97), batched(present, 97), strict=True):
+        half = ExactSums(3)
+        half.add(part, mask)
+        many = half.merge(many)  # any merge order
+    for name in ("count", "first", "second", "cross"):
+        assert (getattr(one, name) == getattr(many, name)).all()
+    both = present[:, 0] & present[:, 2]
+    want = np.corrcoef(U[both][:, [0, 2]], rowvar=False)[0, 1]
+    assert one.correlation()[0, 2] == pytest.approx(want, rel=1e-9)
+    assert one.mean()[1] == pytest.approx(U[present[:, 1], 1].mean(), abs=1e-11)
+    assert one.variance()[1, 1] == pytest.approx(U[present[:, 1], 1].var(), rel=1e-9)
 
 
-def test_reservoir_is_uniform_in_row_order_and_independent_of_batches():
+def test_hash_sample_is_uniform_and_independent_of_batches_and_order():
     rows = np.arange(50, dtype=np.float64)[:, None]
     hits = np.zeros(50)
     for seed in range(400):
-        one, many = (Reservoir(10, 1, np.random.default_rng(seed)) for _ in range(2))
+        one, many = HashSample(10, 1, seed), HashSample(10, 1, seed)
         one.add(rows)
-        for part in batched(rows, 7):
-            many.add(part)
+        for part in batched(rows[::-1], 7):  # other batches, in reverse order
+            other = HashSample(10, 1, seed)
+            other.add(part)
+            many = other.merge(many)
         assert np.array_equal(one.sample(), many.sample())
-        assert np.all(np.diff(one.sample()[:, 0]) > 0)  # in row order
         hits[one.sample()[:, 0].astype(int)] += 1
     # each row is kept with probability 10/50: 400 draws, sd 8; 5 sd either side
     assert np.all(np.abs(hits - 80) <= 40)
-    small = Reservoir(60, 1, np.random.default_rng(0))
+    small = HashSample(60, 1, 0)
     small.add(rows)
-    assert small.complete and np.array_equal(small.sample(), rows)
+    assert small.complete and np.array_equal(np.sort(small.sample(), axis=0), rows)

@@ -20,19 +20,16 @@ import numpy as np
 import pyarrow as pa
 
 from dpsynth_cli.domain import CONTINUOUS, ColumnSpec, Domain, column_values, schema_column
+from dpsynth_cli.engine import threads
+from dpsynth_cli.engine.rows import Rows
 from dpsynth_cli.engine.values import TableData, value_rows
 from dpsynth_cli.errors import DataError, UsageError
 from dpsynth_cli.evaluate.categorical import LEVEL_KINDS
-from dpsynth_cli.evaluate.fidelity import (
-    column_w1,
-    fidelity,
-    fidelity_from_counts,
-    unit_interval,
-)
-from dpsynth_cli.evaluate.stats import TableStats, default_sample_rows
-from dpsynth_cli.evaluate.w1 import bracket_summary, w1_1d, w1_summary
+from dpsynth_cli.evaluate.fidelity import column_w1, fidelity_from_counts, unit_interval
+from dpsynth_cli.evaluate.joint import MODES, joint_w1
+from dpsynth_cli.evaluate.stats import TableStats, default_sample_rows, own_missing
+from dpsynth_cli.evaluate.w1 import w1_1d, w1_summary
 from dpsynth_cli.evaluate.w1_binned import binned_quantiles, default_max_bins, w1_1d_bracket
-from dpsynth_cli.evaluate.w1_cells import DyadicCells
 from dpsynth_cli.privacy.noise import analysis_generator
 
 SCHEMA = "dpsynth.evaluate-report/1"
@@ -41,13 +38,13 @@ QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 METRIC = "1-Wasserstein, L-infinity distance on [0,1]^d after the public bounds"
 SUBSAMPLE_SIZE = 2000  # rows per subsample of the W1 estimate (w1_summary's default)
 STREAMED_NOTE = (
-    "more rows than the samples hold: W1 bounds, per-column figures and correlations come from "
-    "one pass of mergeable statistics, the subsample estimate from uniform samples of "
-    "sample_rows rows; per-column w1 is the midpoint of its certified w1_bounds, quantiles are "
-    "exact at a histogram bin's smallest or largest value and otherwise within one bin "
-    "((upper - lower) / 2**depth, histogram_depths) of the exact ones; level shares, 2-way "
-    "TVDs and correlations are exact (counts on the public bins); the 1-D W1 of a nullable "
-    "column in column_errors comes from the uniform samples"
+    "more rows than the samples hold: the joint W1 as joint_w1 says (on uniform samples of "
+    "sample_rows rows by default); per-column w1 is the midpoint of its certified w1_bounds "
+    "(as for every table), quantiles are exact at a histogram bin's smallest or largest value "
+    "and otherwise within one bin ((upper - lower) / 2**depth, histogram_depths) of the exact "
+    "ones; level shares, 2-way TVDs, means, standard deviations and correlations are exact "
+    "(counts and sums on public grids); a nullable float or datetime column's 1-D figures come "
+    "from the uniform samples"
 )
 
 
@@ -178,40 +175,45 @@ class Evaluation:
 
 
 def evaluate(
-    real: TableData,
-    synth: TableData,
+    real: TableData | Rows,
+    synth: TableData | Rows,
     specs: list[ColumnSpec],
     seed: int | None = None,
     limits: Limits = Limits(),
+    joint: str = "sample",
 ) -> Evaluation:
     """The full comparison, labelled as not differentially private, from one pass over each
-    table (memory: a batch and bounded statistics, see `stats.TableStats`).
+    table (memory: a batch and bounded statistics, see `stats.TableStats`). A table is read
+    from its data, or given as its value rows (`Rows`, e.g. held by Dask workers:
+    `engine.dask.dask_rows(...).map(complete_rows, d)`); the passes run where the rows are (the
+    machine's cores, or the workers) with the same figures.
 
-    When both tables fit in the uniform samples (up to `default_sample_rows` rows each), every
-    figure is computed from their rows exactly as on a table in memory. Otherwise: the W1
-    bracket from the statistics (lower: largest certified 1-D bound over the columns' cube
-    coordinates, `w1_binned`; upper: the dyadic cells' plans, `w1_cells`), the subsample
-    estimate from the samples, per-column figures from histograms and moments, correlations
-    from moments.
+    Level shares, 2-way TVDs and correlations are exact counts and sums; a numeric column's
+    W1 is the middle of its certified bracket (exact when its histogram bins hold one distinct
+    value each: tables within `max_bins` rows, columns with few distinct values), its
+    quantiles exact or within a bin; the joint W1 as `joint` says (`joint.MODES`).
     """
+    real, synth = (t if isinstance(t, Rows) else value_rows(t, specs) for t in (real, synth))
+    if joint not in MODES:
+        raise UsageError(f"--joint-w1 must be one of {', '.join(MODES)}")
     d = len(specs)
     rng = analysis_generator(seed)
-    keys = rng.spawn(1)[0]  # the samples' own stream: rng's draws stay those of before
+    # the sample's hash key from a stream of its own: rng's draws stay those of before
+    key = int(rng.spawn(1)[0].integers(0, 1 << 62))
     size = limits.sample_rows or default_sample_rows(d, 2 * SUBSAMPLE_SIZE)
     columns = d + sum(s.kind == "integer" for s in specs)  # histograms: see TableStats
     max_bins = limits.max_bins or default_max_bins(columns)
-    cells = DyadicCells(d, limits.max_cells)
+    make = partial(TableStats, specs, seed=key, sample_rows=size, max_bins=max_bins)
     stats = [
-        value_rows(data, specs).collect(
-            partial(TableStats, specs, side, cells, keys, size, max_bins)
-        )
-        for side, data in enumerate((real, synth))
+        rows.collect(partial(make, side, max_cells=limits.max_cells, cells=joint == "full"))
+        for side, rows in enumerate((real, synth))
     ]
     for name, table in zip(("real", "synthetic"), stats, strict=True):
         if table.n == 0:
             raise DataError(f"the {name} table has no complete rows in the chosen columns")
     X, Y = (table.sample.sample() for table in stats)
     complete = all(table.sample.complete for table in stats)
+    domain = Domain(tuple(specs))
     report = {
         "schema": SCHEMA,
         "NOT_DIFFERENTIALLY_PRIVATE": True,
@@ -219,13 +221,19 @@ def evaluate(
         "columns": {s.name: s.to_json() for s in specs},
         "rows": {"real": stats[0].n, "synthetic": stats[1].n},
     }
-    if complete:  # every figure from the rows (so the same whatever the batches' sizes)
-        report.update(_from_rows(X, Y, specs, rng))
-        figures = fidelity(X, Y, specs)
-    else:
-        report.update(_from_statistics(stats, cells, X, Y, specs, rng))
-        w1 = _streamed_w1(stats, X, Y, specs)
-        figures = fidelity_from_counts(stats[0].pairs, stats[1].pairs, w1)
+    real_stats, synth_stats = stats
+    columns = range(len(real_stats.hist.columns))  # each 1-D bracket once, on the cores
+    bracket = partial(w1_1d_bracket, real_stats.hist, synth_stats.hist)
+    brackets = list(threads.ordered_map(bracket, columns))
+    whole = joint_w1(joint, stats, brackets, X, Y, domain, rng, SUBSAMPLE_SIZE)
+    partition = whole.pop("partition", None)
+    report["w1_unit_cube"] = whole.pop("w1_unit_cube")
+    report.update({"metric": METRIC, "mixed_metric": domain.metric(), **whole})
+    report["per_column"] = _per_column(stats, brackets, X, Y, specs)
+    if not complete:
+        report["streamed"] = _streamed(stats, specs, partition)
+    w1 = _column_w1s(brackets, X, Y, specs)
+    figures = fidelity_from_counts(real_stats.pairs, synth_stats.pairs, w1)
     report["per_column"] = _with_levels(report["per_column"], figures["column_errors"])
     report.update(figures)
     return Evaluation(report, X, Y, not complete)
@@ -236,87 +244,60 @@ def _mixed_w1(
 ) -> dict[str, Any]:
     """The joint W1 in the mixed metric (levels, and missing against a value, at distance 1)
     where it differs from the unit cube's: tables with boolean, category or nullable float /
-    datetime columns; on the rows, or on the uniform samples when the tables were streamed."""
+    datetime columns, on the rows X, Y."""
     if not (domain.level_columns or domain.nullable_continuous):
         return {}
     return {"w1_mixed_metric": w1_summary(domain.to_mixed(X), domain.to_mixed(Y), rng=rng)}
 
 
-def _from_rows(
-    X: np.ndarray, Y: np.ndarray, specs: list[ColumnSpec], rng: np.random.Generator
-) -> dict[str, Any]:
-    """Every figure from the tables' rows (in memory)."""
-    domain = Domain(tuple(specs))
-    return {
-        "w1_unit_cube": w1_summary(domain.to_unit(X), domain.to_unit(Y), rng=rng),
-        "metric": METRIC,
-        "mixed_metric": domain.metric(),
-        **_mixed_w1(domain, X, Y, rng),
-        "per_column": per_column(X, Y, specs),
-    }
-
-
-def _from_statistics(
+def _per_column(
     stats: list[TableStats],
-    cells: DyadicCells,
+    brackets: list[tuple[float, float]],
     X: np.ndarray,
     Y: np.ndarray,
     specs: list[ColumnSpec],
-    rng: np.random.Generator,
 ) -> dict[str, Any]:
-    """Every figure from the streamed statistics; the W1 estimate from the samples X, Y."""
+    """Each number's W1 (the middle of its certified bracket, `w1_bounds`), mean, standard
+    deviation and quantiles from the statistics; a nullable float or datetime column's from
+    the samples X, Y (the whole tables when they fit); level columns get theirs later
+    (`_with_levels`)."""
     real, synth = stats
-    d = len(specs)
-    domain = Domain(tuple(specs))
-    cube = [
-        tuple(b / scale for b in w1_1d_bracket(real.hist, synth.hist, k)) for k, scale in real.cube
-    ]
-    tree, curve = cells.bounds()
-    upper = min(tree, curve, cube[0][1]) if d == 1 else min(tree, curve)  # 1-D: |.| is L-inf
-    w1 = bracket_summary(
-        (real.n, synth.n),
-        (max(low for low, _ in cube), upper),
-        domain.to_unit(X),
-        domain.to_unit(Y),
-        rng,
-        subsample_size=SUBSAMPLE_SIZE,
-    )
-    columns = {}
+    columns: dict[str, Any] = {}
     for j, spec in enumerate(specs):
-        low, high = w1_1d_bracket(real.hist, synth.hist, j)
-        figures = _column(
-            (low + high) / 2,
-            (real.clamped.mean[j], synth.clamped.mean[j]),
-            (real.clamped.std()[j], synth.clamped.std()[j]),
-            (binned_quantiles(real.hist, j, QUANTILES), binned_quantiles(synth.hist, j, QUANTILES)),
-        )
-        columns[spec.name] = {**figures, "w1_bounds": {"lower": low, "upper": high}}
-    return {
-        "w1_unit_cube": w1,
-        "metric": METRIC,
-        "mixed_metric": domain.metric(),
-        **_mixed_w1(domain, X, Y, rng),
-        "per_column": _floats(columns),
-        "streamed": {
-            "note": STREAMED_NOTE,
-            "sample_rows": real.sample.size,
-            "histogram_max_bins": real.hist.max_bins,
-            "histogram_depths": {
-                spec.name: {
-                    "real": real.hist.columns[j].depth,
-                    "synthetic": synth.hist.columns[j].depth,
-                }
-                for j, spec in enumerate(specs)
-            },
-            "partition": {
-                "depth": cells.depth,
-                "occupied_cells": cells.size,
-                "max_cells": cells.max_cells,
-                "tree_bound": tree,
-                "curve_bound": curve,
-            },
+        if spec.kind in LEVEL_KINDS:
+            columns[spec.name] = {}
+        elif own_missing(spec):
+            columns.update(per_column(X[:, [j]], Y[:, [j]], [spec]))
+        else:
+            low, high = brackets[j]
+            (mean_r, std_r), (mean_s, std_s) = real.mean_std(j), synth.mean_std(j)
+            quantiles = (
+                binned_quantiles(real.hist, j, QUANTILES),
+                binned_quantiles(synth.hist, j, QUANTILES),
+            )
+            figures = _column((low + high) / 2, (mean_r, mean_s), (std_r, std_s), quantiles)
+            columns[spec.name] = _floats({**figures, "w1_bounds": {"lower": low, "upper": high}})
+    return columns
+
+
+def _streamed(
+    stats: list[TableStats], specs: list[ColumnSpec], partition: dict[str, Any] | None
+) -> dict[str, Any]:
+    """What the figures of tables larger than the samples rest on (the report's `streamed`)."""
+    real, synth = stats
+    out = {
+        "note": STREAMED_NOTE,
+        "sample_rows": real.sample.size,
+        "histogram_max_bins": real.hist.max_bins,
+        "histogram_depths": {
+            spec.name: {
+                "real": real.hist.columns[j].depth,
+                "synthetic": synth.hist.columns[j].depth,
+            }
+            for j, spec in enumerate(specs)
         },
     }
+    return out | ({"partition": partition} if partition else {})
 
 
 def _batches(data: TableData) -> Iterable[pa.Table | pa.RecordBatch]:
@@ -339,8 +320,8 @@ def _numeric(specs: list[ColumnSpec]) -> list[tuple[int, ColumnSpec]]:
     return [(j, s) for j, s in enumerate(specs) if s.kind not in LEVEL_KINDS]
 
 
-def _streamed_w1(
-    stats: list[TableStats], X: np.ndarray, Y: np.ndarray, specs: list[ColumnSpec]
+def _column_w1s(
+    brackets: list[tuple[float, float]], X: np.ndarray, Y: np.ndarray, specs: list[ColumnSpec]
 ) -> dict[str, float | None]:
     """Each numeric column's 1-D W1 on the 0-1 scale from the streamed statistics: the middle of
     its certified bracket over the width of the 0-1 scale; a nullable column's (missing at
@@ -351,7 +332,7 @@ def _streamed_w1(
         if spec.nullable:
             out[spec.name] = column_w1(X[:, j], Y[:, j], spec)
         else:
-            low, high = w1_1d_bracket(stats[0].hist, stats[1].hist, j)
+            low, high = brackets[j]
             lo, hi = unit_interval(spec)
             out[spec.name] = float((low + high) / 2 / (hi - lo))
     return out

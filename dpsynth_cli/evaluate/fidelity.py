@@ -8,8 +8,9 @@ numeric columns' |Pearson(real) - Pearson(synthetic)| on the 0-1 scale; worst an
 each, the worst columns and pairs named first. Everything is read from the declarations (the
 specs) and counted on them, never on codes' values as numbers for a level column.
 
-`PairCounts` holds mergeable counts (1- and 2-way histograms on the public bins, pairwise
-sums for the correlations), so the same figures come from one pass over record batches;
+`PairCounts` holds mergeable counts (1- and 2-way histograms on the public bins, exact pairwise
+sums for the correlations), so the same figures come from one pass over record batches, split
+any way (threads, Dask workers);
 `fidelity` takes two tables (numpy value rows, pandas or Arrow) and returns a JSON-able dict.
 """
 
@@ -18,16 +19,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from itertools import combinations
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from dpsynth_cli.domain import DISCRETE, LEVEL_KINDS, ColumnSpec, value_matrix
 from dpsynth_cli.evaluate.categorical import MISSING
 from dpsynth_cli.evaluate.cycles import DEFINITION as CYCLES_DEFINITION
 from dpsynth_cli.evaluate.cycles import CycleCounts
+from dpsynth_cli.evaluate.exact import ExactSums
 from dpsynth_cli.evaluate.w1 import w1_1d
 
 BINS = 16  # equal-width bins of a numeric column's public bounds in the 2-way histograms
@@ -52,7 +53,10 @@ DEFINITIONS = {
 # a variance on the 0-1 scale below this is rounding (sums of centred values): a constant column
 CONSTANT = 1e-15
 NUMERIC = ("float", "integer", "date", "datetime")
-TableLike = np.ndarray | pd.DataFrame | pa.Table
+if TYPE_CHECKING:  # pandas takes a second to import: only when a frame is given
+    import pandas as pd
+
+TableLike: TypeAlias = "np.ndarray | pd.DataFrame | pa.Table"
 
 
 def unit_interval(spec: ColumnSpec) -> tuple[float, float]:
@@ -116,8 +120,9 @@ class PairCounts:
         }
         self.numeric = [j for j, s in enumerate(self.specs) if s.kind in NUMERIC]
         k = len(self.numeric)
-        # count[a, b]: rows where a and b are present; sx[a, b]: sum of a over them; sxx: of a^2
-        self.count, self.sx, self.sxx, self.sxy = (np.zeros((k, k)) for _ in range(4))
+        # exact sums over rows where both of a pair are present (`exact.ExactSums`): the same
+        # correlations whatever the batches, threads or workers
+        self.moments = ExactSums(k)
         # each numeric column's smallest and largest present value on the 0-1 scale: a column
         # whose present values are all equal is constant, its correlations undefined (exactly,
         # where the variance from the sums is rounding that CONSTANT may not catch)
@@ -129,7 +134,10 @@ class PairCounts:
         if X.shape[0] == 0:
             return
         self.n += X.shape[0]
-        codes = [bin_codes(X[:, j], s, self.bins) for j, s in enumerate(self.specs)]
+        # int32 codes (a few levels or bins): half the memory of the batch's codes
+        codes = [
+            bin_codes(X[:, j], s, self.bins).astype(np.int32) for j, s in enumerate(self.specs)
+        ]
         for j, c in enumerate(codes):
             self.one[j] += np.bincount(c, minlength=self.sizes[j])
         for a, b in self.pairs:
@@ -141,17 +149,12 @@ class PairCounts:
         self.cycles.add(X, present)
 
     def _add_moments(self, X: np.ndarray) -> None:
-        present = np.column_stack(
-            [~missing_mask(X[:, j], self.specs[j]) for j in self.numeric]
-        ).astype(np.float64)
+        present = np.column_stack([~missing_mask(X[:, j], self.specs[j]) for j in self.numeric])
         unit = np.column_stack([unit_values(X[:, j], self.specs[j]) for j in self.numeric])
-        self.low = np.fmin(self.low, np.where(present > 0, unit, np.inf).min(axis=0))
-        self.high = np.fmax(self.high, np.where(present > 0, unit, -np.inf).max(axis=0))
-        unit = (unit - 0.5) * present  # centred; 0 where missing, so products count both present
-        self.count += present.T @ present
-        self.sx += unit.T @ present
-        self.sxx += (unit * unit).T @ present
-        self.sxy += unit.T @ unit
+        full = present.all()
+        self.low = np.fmin(self.low, (unit if full else np.where(present, unit, np.inf)).min(0))
+        self.high = np.fmax(self.high, (unit if full else np.where(present, unit, -np.inf)).max(0))
+        self.moments.add(unit, present)
 
     def merge(self, other: PairCounts) -> PairCounts:
         """Add another batch's (or table part's) counts: the figures do not depend on the split."""
@@ -160,8 +163,7 @@ class PairCounts:
             mine += theirs
         for key in self.two:
             self.two[key] += other.two[key]
-        for name in ("count", "sx", "sxx", "sxy"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.moments.merge(other.moments)
         self.low, self.high = np.fmin(self.low, other.low), np.fmax(self.high, other.high)
         self.cycles.merge(other.cycles)
         return self
@@ -169,14 +171,11 @@ class PairCounts:
     def correlation(self) -> np.ndarray:
         """Pearson correlations of the numeric columns (pairwise complete rows; NaN where a
         column is constant or a pair never present together; 1 on the diagonal)."""
-        with np.errstate(invalid="ignore", divide="ignore"):
-            n = self.count
-            mean_a, mean_b = self.sx / n, self.sx.T / n
-            cov = self.sxy / n - mean_a * mean_b
-            var_a = self.sxx / n - mean_a**2
-            var_b = self.sxx.T / n - mean_b**2
-            r = np.clip(cov / np.sqrt(var_a * var_b), -1.0, 1.0)
-        r[(var_a <= CONSTANT) | (var_b <= CONSTANT)] = np.nan  # a constant column: undefined
+        r = self.moments.correlation()
+        var = self.moments.variance()  # var[a, b]: of a over rows where a and b are present
+        var_a, var_b = var, var.T
+        with np.errstate(invalid="ignore"):
+            r[(var_a <= CONSTANT) | (var_b <= CONSTANT)] = np.nan  # a constant column: undefined
         constant = self.high <= self.low  # every present value equal (or none present)
         r[constant, :] = np.nan
         r[:, constant] = np.nan
@@ -190,7 +189,7 @@ def as_values(table: TableLike, specs: Sequence[ColumnSpec]) -> np.ndarray:
     missing value in a column that is not nullable dropped, as dpsynth reads a file."""
     if isinstance(table, np.ndarray):
         return np.asarray(table, dtype=np.float64).reshape(-1, len(specs))
-    if isinstance(table, pd.DataFrame):
+    if type(table).__module__.startswith("pandas"):  # a DataFrame (pandas not imported here)
         table = pa.Table.from_pandas(table[[s.name for s in specs]], preserve_index=False)
     return value_matrix(table, list(specs)).reshape(-1, len(specs))
 

@@ -110,8 +110,9 @@ def _figure_lines(result: dict[str, Any]) -> list[str]:
     if "streamed" in result:
         lines.append(
             "the tables hold more rows than evaluate keeps: a column's W1 is the middle of a "
-            "proven range, the whole-table W1 is a proven range plus an estimate from samples; "
-            "the JSON report (--json) has the ranges"
+            "proven range, the whole-table W1 comes from samples"
+            + (" and a proven range" if "upper" in result["w1_unit_cube"] else "")
+            + "; the JSON report (--json) has the ranges"
         )
     return lines
 
@@ -165,7 +166,20 @@ def _fmt(x: float | None) -> str:
 def _describe_w1(w1: dict[str, Any]) -> str:
     if "exact" in w1:
         return f"{_fmt(w1['exact'])} (exact)"
-    parts = [f"between {_fmt(w1['lower'])} and {_fmt(w1['upper'])} (proven bounds)"]
+    parts = []
+    if "upper" in w1:
+        parts.append(f"between {_fmt(w1['lower'])} and {_fmt(w1['upper'])} (proven bounds)")
+    elif "lower" in w1:
+        parts.append(f"at least {_fmt(w1['lower'])} (proven, from the columns)")
+    if w1.get("skipped"):
+        parts.append("the rest skipped (--joint-w1 skip)")
+    if "sample" in w1:
+        sample = w1["sample"]
+        rows = " and ".join(f"{r:,}" for r in sample["rows"])
+        parts.append(
+            f"between {_fmt(sample['lower'])} and {_fmt(sample['upper'])} on uniform samples of "
+            f"{rows} rows (an estimate, not a bound; --joint-w1 full for proven bounds)"
+        )
     if "subsample" in w1:
         sub = w1["subsample"]
         size = sub.get("size", 2000)

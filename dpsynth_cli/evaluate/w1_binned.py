@@ -54,6 +54,11 @@ class Histograms:
         for j, cells in enumerate(self.columns):
             cells.add(coords[:, j : j + 1], 0, values[:, j : j + 1])
 
+    def add_sorted(self, j: int, coords: np.ndarray, values: np.ndarray) -> None:
+        """Column j of a batch alone, sorted (coords in [0, 1] and values, both non-decreasing):
+        one column's copies at a time, and a sort the caller's other sums may share."""
+        self.columns[j].add_sorted(coords, 0, values)
+
     def merge(self, other: Histograms) -> Histograms:
         for mine, theirs in zip(self.columns, other.columns, strict=True):
             mine.merge(theirs)

@@ -36,6 +36,8 @@ deeper is never worse); they never invalidate it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from dpsynth_cli.evaluate.w1_tree import (
@@ -69,14 +71,30 @@ class DyadicCells:
         self, d: int, max_cells: int | None = None, depth: int | None = None, sides: int = 2
     ) -> None:
         self.d, self.sides = d, sides
-        self.depth = min(default_depth(d), WORD_BITS) if depth is None else int(depth)
+        self._depth = min(default_depth(d), WORD_BITS) if depth is None else int(depth)
         self.max_cells = default_max_cells(d) if max_cells is None else int(max_cells)
-        if not 0 <= self.depth <= WORD_BITS or self.max_cells < 1:
+        if not 0 <= self._depth <= WORD_BITS or self.max_cells < 1:
             raise ValueError("depth must be in [0, 63] and max_cells at least 1")
-        self.codes = np.empty(0, dtype=np.uint64)
-        self.counts = np.empty((0, sides), dtype=np.int64)
-        self.lo = np.empty((d, 0))
-        self.hi = np.empty((d, 0))
+        self._codes = np.empty(0, dtype=np.uint64)
+        self._counts = np.empty((0, sides), dtype=np.int64)
+        self._lo = np.empty((d, 0))
+        self._hi = np.empty((d, 0))
+        # batches' cells not yet merged into the table (sorted, at this depth): merged in one
+        # stable sort of sorted runs once they hold as many cells as the table (or the cap), so
+        # each cell is copied a bounded number of times, not once per batch
+        self._pending: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self._pending_cells = 0
+
+    # The table, its pending cells merged in first (`_flush`).
+    depth = property(lambda self: self._flushed("_depth"), doc="levels of the partition")
+    codes = property(lambda self: self._flushed("_codes"), doc="occupied cells' Morton codes")
+    counts = property(lambda self: self._flushed("_counts"), doc="points per cell and side")
+    lo = property(lambda self: self._flushed("_lo"), doc="cells' boxes: lowest values (d, k)")
+    hi = property(lambda self: self._flushed("_hi"), doc="cells' boxes: highest values (d, k)")
+
+    def _flushed(self, name: str) -> Any:
+        self._flush()
+        return getattr(self, name)
 
     def add(self, U: np.ndarray, side: int, values: np.ndarray | None = None) -> None:
         """Points U (k, d) of side 0 (mu) or 1 (nu), clamped onto [0, 1]^d. The boxes bound
@@ -84,9 +102,15 @@ class DyadicCells:
         of U (a 1-D histogram of a column in its own units, `w1_binned`)."""
         if U.shape[0] == 0:
             return
+        if self.d == 1:
+            u = np.sort(np.clip(U[:, 0], 0.0, 1.0))
+            self.add_sorted(u, side, u if values is None else np.sort(values[:, 0]))
+            return
         U = np.clip(U, 0.0, 1.0)
-        bits = level_bits(self.depth, self.d)
-        codes = morton_codes([grid_ints(U[:, c], bits[c]) for c in range(self.d)], bits, self.depth)
+        bits = level_bits(self._depth, self.d)
+        codes = morton_codes(
+            [grid_ints(U[:, c], bits[c]) for c in range(self.d)], bits, self._depth
+        )
         order = np.argsort(codes)
         codes = codes[order]
         # The union occupies at least the cells the batch does: coarsen to fit the batch first.
@@ -104,19 +128,35 @@ class DyadicCells:
             np.maximum.reduceat(points, starts, axis=1),
         )
 
+    def add_sorted(self, u: np.ndarray, side: int, values: np.ndarray) -> None:
+        """`add` in 1-D (a column's histogram, `w1_binned`) of sorted coordinates u in [0, 1]
+        and their values, sorted too (non-decreasing in u: sorting each lines them up). The
+        codes are the grid integers, sorted already (no argsort, no gathers), and a bin's
+        minimum and maximum are its first and last value: the cells of `add`, bit for bit."""
+        codes = grid_ints(u, self._depth)
+        shift = _shift_to_fit(codes, self.max_cells)
+        self._coarsen(shift)
+        codes >>= np.uint64(shift)
+        starts = _run_starts(codes)
+        ends = np.append(starts[1:], codes.size)
+        counts = np.zeros((starts.size, self.sides), dtype=np.int64)
+        counts[:, side] = ends - starts
+        self._absorb(codes[starts], counts, values[starts][None, :], values[ends - 1][None, :])
+
     def merge(self, other: DyadicCells) -> DyadicCells:
         """Both tables' cells, at the shallower of the two depths."""
         other = other.copy()
-        depth = min(self.depth, other.depth)
-        self._coarsen(self.depth - depth)
-        other._coarsen(other.depth - depth)
+        depth = min(self._depth, other._depth)
+        self._coarsen(self._depth - depth)
+        other._coarsen(other._depth - depth)
         self._absorb(other.codes, other.counts, other.lo, other.hi)
         return self
 
     def copy(self) -> DyadicCells:
-        out = DyadicCells(self.d, self.max_cells, self.depth, self.sides)
-        out.codes, out.counts = self.codes.copy(), self.counts.copy()
-        out.lo, out.hi = self.lo.copy(), self.hi.copy()
+        self._flush()
+        out = DyadicCells(self.d, self.max_cells, self._depth, self.sides)
+        out._codes, out._counts = self._codes.copy(), self._counts.copy()
+        out._lo, out._hi = self._lo.copy(), self._hi.copy()
         return out
 
     @property
@@ -139,45 +179,61 @@ class DyadicCells:
         diam = (self.hi - self.lo).max(axis=0)
         total = float(np.dot(diam, a + b - np.abs(excess)))
         del a, b, diam
-        levels = self.depth - _bit_length(self.codes[1:] ^ self.codes[:-1])
+        levels = self._depth - _bit_length(self.codes[1:] ^ self.codes[:-1])
         lo, hi = list(self.lo.copy()), list(self.hi.copy())  # merge_up works in place
-        total += merge_up(levels, excess, lo, hi, self.depth)
+        total += merge_up(levels, excess, lo, hi, self._depth)
         return 0.5 * total, curve
 
     def _absorb(
         self, codes: np.ndarray, counts: np.ndarray, lo: np.ndarray, hi: np.ndarray
     ) -> None:
-        """Merge sorted distinct cells (at this depth) in, then coarsen to fit the cap.
+        """Add sorted cells (at this depth); merged into the table, and the table coarsened to
+        fit the cap, once enough are pending (`_flush`). The final table is the same: its depth
+        is the deepest at which all the cells added fit, whenever the merges happen."""
+        self._pending.append((codes, counts, lo, hi))
+        self._pending_cells += codes.size
+        if self._pending_cells >= max(self.max_cells, self._codes.size):
+            self._flush()
 
-        Cells already present are updated in place and the others inserted array by array, so
-        the peak is the table plus one of its arrays, not two tables."""
-        pos = np.searchsorted(self.codes, codes)
-        found = pos < self.codes.size
-        found[found] = self.codes[pos[found]] == codes[found]
-        at = pos[found]
-        self.counts[at] += counts[found]
-        self.lo[:, at] = np.minimum(self.lo[:, at], lo[:, found])
-        self.hi[:, at] = np.maximum(self.hi[:, at], hi[:, found])
-        new = ~found
-        where = pos[new]
-        self.codes = np.insert(self.codes, where, codes[new])
-        self.counts = np.insert(self.counts, where, counts[new], axis=0)
-        self.lo = np.insert(self.lo, where, lo[:, new], axis=1)
-        self.hi = np.insert(self.hi, where, hi[:, new], axis=1)
-        self._coarsen(_shift_to_fit(self.codes, self.max_cells))
+    def _flush(self) -> None:
+        """Merge the pending cells into the table (the peak: the table, the pending cells and
+        one merged copy), then coarsen to fit the cap."""
+        if not self._pending:
+            return
+        parts = [(self._codes, self._counts, self._lo, self._hi), *self._pending]
+        self._pending, self._pending_cells = [], 0
+        codes = np.concatenate([p[0] for p in parts])
+        order = np.argsort(codes, kind="stable")  # runs already sorted: a merge
+        codes = codes[order]
+        starts = _run_starts(codes)
+        self._codes = codes[starts]
+        del codes
+        self._counts = np.add.reduceat(np.concatenate([p[1] for p in parts])[order], starts)
+        self._lo = np.minimum.reduceat(
+            np.concatenate([p[2] for p in parts], 1)[:, order], starts, 1
+        )
+        self._hi = np.maximum.reduceat(
+            np.concatenate([p[3] for p in parts], 1)[:, order], starts, 1
+        )
+        self._coarsen(_shift_to_fit(self._codes, self.max_cells))
 
     def _coarsen(self, levels: int) -> None:
         """Drop the deepest `levels` levels: cells merge into their ancestors (codes stay
-        sorted)."""
+        sorted; pending cells are only shifted, `_flush` merges them)."""
         if levels == 0:
             return
-        self.depth -= levels
-        self.codes >>= np.uint64(levels)
-        starts = _run_starts(self.codes)
-        self.codes = self.codes[starts]
-        self.counts = np.add.reduceat(self.counts, starts, axis=0)
-        self.lo = np.minimum.reduceat(self.lo, starts, axis=1)
-        self.hi = np.maximum.reduceat(self.hi, starts, axis=1)
+        self._depth -= levels
+        shift = np.uint64(levels)
+        for codes, *_ in self._pending:
+            codes >>= shift
+        if self._codes.size == 0:
+            return
+        self._codes >>= shift
+        starts = _run_starts(self._codes)
+        self._codes = self._codes[starts]
+        self._counts = np.add.reduceat(self._counts, starts, axis=0)
+        self._lo = np.minimum.reduceat(self._lo, starts, axis=1)
+        self._hi = np.maximum.reduceat(self._hi, starts, axis=1)
 
 
 def _run_starts(sorted_codes: np.ndarray) -> np.ndarray:
@@ -192,7 +248,11 @@ def _shift_to_fit(sorted_codes: np.ndarray, cap: int) -> int:
     s levels keeps 1 + #(neighbours whose codes differ above bit s) distinct codes."""
     if sorted_codes.size <= cap:
         return 0
-    parts = _bit_length(sorted_codes[1:] ^ sorted_codes[:-1])  # 0 for equal neighbours
+    xor = sorted_codes[1:] ^ sorted_codes[:-1]  # 0 for equal neighbours
+    if sorted_codes[-1] < np.uint64(1 << 52):  # exact in float64 (a column's histogram)
+        parts = np.frexp(xor.astype(np.float64))[1].astype(np.int64)
+    else:
+        parts = _bit_length(xor)
     above = np.cumsum(np.bincount(parts, minlength=65)[::-1])[::-1]  # above[s] = #(parts >= s)
     return int(np.flatnonzero(1 + above[1:] <= cap)[0])  # 1 + #(parts > s) <= cap
 
