@@ -23,6 +23,7 @@ from dpsynth_cli.domain import ColumnSpec
 from dpsynth_cli.online import marginals as om
 from dpsynth_cli.online.cube import StreamCube
 from dpsynth_cli.online.replay import REPORT_NAME
+from dpsynth_cli.online.state import STATE_FILE
 from dpsynth_cli.privacy.noise import RandomSource
 from tests.audit import audit
 from tests.test_neighbours_mixed import ROWS as MIXED_ROWS
@@ -441,3 +442,53 @@ def test_the_checkpoints_notice_rule():
     (notice,) = checkpoints_notice("marginals", 10, 1.0)
     assert notice.startswith("10 checkpoints at eps 1: the last release's counts carry about 3x")
     assert checkpoints_notice("partition", 4096, 1.0) == []
+
+
+# -- issue 39: neighbours through the real command across two --state runs -------------------------
+@pytest.mark.parametrize("row", ["number in a category", "all missing", "not forced"])
+def test_neighbours_across_two_state_runs(runner, tmp_path, monkeypatch, row):
+    """Two streams whose row at time 302 differs (an adversarial row), each replayed as a cron
+    job: a first run on 650 rows and a second on all 1,000 continuing its --state (auto picks
+    marginals). With the counted values forced equal, both runs' releases, reports (ledger,
+    selection checkpoint, chosen pairs, planning sizes, epsilon_this_run 1 then 0), messages
+    and exit codes are identical, and so are the secret states' metadata: nothing a value
+    decides leaves outside the ledger. "not forced" shows the comparison can fail. The
+    selection threshold is lowered (a public constant) so that the second run makes it."""
+    monkeypatch.setattr(om, "SELECT_SIGNAL", 8.5)  # about 700 rows: checkpoint 3
+    if row != "not forced":
+        forced_feed(monkeypatch)
+    seen = []
+    for side in ("base", "neighbour"):
+        work = tmp_path / side
+        lines = mixed_lines(1000)
+        if side == "neighbour":
+            other = "all missing" if row == "not forced" else row
+            lines[301] = lines[301][:10] + "," + MIXED_ROWS[other]
+        runs = []
+        for part in (650, 1000):
+            write(work, lines[:part])
+            monkeypatch.chdir(work)
+            flags = [*COMMON, *CHECKPOINTS, "--neighboring", "add-remove", "--state", "st"]
+            result = run(runner, "s.csv", *flags, "--out-dir", "rel")
+            report = json.loads((work / "rel" / REPORT_NAME).read_text())
+            runs.append((result.exit_code, result.output, report))
+        with np.load(work / "st" / STATE_FILE) as z:  # the raw rows' digest aside
+            state = json.loads(bytes(z["meta"]).decode("utf-8"))
+        state.pop("prefix_sha256")
+        seen.append((runs, listing(work / "rel"), state))
+    (first, last), files, _ = seen[0]
+    assert first[0] == last[0] == 0, first[1] + last[1]
+    assert [r["stream"]["epsilon_this_run"] for r in (first[2], last[2])] == [1.0, 0.0]
+    for report in (first[2], last[2]):
+        assert report["ledger"]["total_epsilon_exact"] == "1"
+        assert report["mechanism"]["name"].startswith("online marginals")
+    selection = last[2]["mechanism"]["selection"]
+    assert selection["made"] and selection["at_checkpoint"] == 3, selection  # run 2
+    assert sorted(n for n in files if n.startswith("release-")) == [
+        n for c in last[2]["checkpoints"] for n in [c["file"]]
+    ]
+    if row == "not forced":
+        name = last[2]["checkpoints"][-1]["file"]
+        assert seen[0][1][name] != seen[1][1][name]
+    else:
+        assert seen[0] == seen[1]

@@ -14,7 +14,9 @@ its count at the end). From them alone, once, at the stream's first checkpoint (
 stored in the state as n): every attribute's grid, the shares eps_1 (one-way), eps_S
 (selection), eps_2 = eps - eps_1 - eps_S (two-way), the bins per attribute, R (the two-way
 histograms measured: tree edges and second parents), and the selection checkpoint: the first
-checkpoint with at least `select_at` rows (`SELECT_SIGNAL`, or a quarter of n if fewer).
+checkpoint with at least `select_at` rows (`SELECT_SIGNAL`: eps_S t / (sens R) rows' worth of
+signal per selection round), or a run's last checkpoint (its planning size, public) when the run
+would end before that and the checkpoint has at least `select_min` rows (`SELECT_MIN`).
 
 The unbounded schedule (`EpochSchedule`): segment i is the rows between the stream's checkpoints
 i-1 and i, numbered across runs. Epoch j holds the segments 2^j .. 2^(j+1) - 1 (2^j of them: a
@@ -81,9 +83,18 @@ CELL_NOISE = 1.5  # a pair's cells hold about this many noise deviations each (o
 # (seattle seed 2: precipitation's correlations off by 0.55 -> 0.24).
 FIT_FLOOR = 0.0
 SELECT = Fraction(1, 10)  # eps_S: the share of the selection (offline's)
-# The selection checkpoint: the first with eps t / (sens D) >= SELECT_SIGNAL rows' worth of
-# signal per attribute (public), or with a quarter of the first run's planning size if fewer.
-SELECT_SIGNAL = 100.0
+# The selection checkpoint (issue 39, measured on flights: docs/benchmarks.md). A round of
+# permute-and-flip at eps_S / R picks the pair furthest from independence when the score gap,
+# about t x (its L1 gap per row), is well above sens R / eps_S: the first checkpoint with
+# eps_S t / (sens R) >= SELECT_SIGNAL (`select_at`), or with a quarter of the planning size if
+# fewer. At 1,024 flights (0.15 of that) the tree missed dep_delay-arr_delay in 2 of 3 seeds,
+# also without any Laplace noise (their correlation 0.04 against 0.91); at 8,192 (1.2) it is
+# chosen in every seed.
+SELECT_SIGNAL = 50.0
+# A stream continued with --state is planned for at least HORIZON x select_at rows (its size
+# when three quarters of its rows are measured after the selection), not for its first run's
+# planning size alone: a first run of 4,096 flights would fix 6 bins for a stream of 32,768.
+HORIZON = 4
 # The plan's grids and bins take a release to sum about this many nodes' noise (public).
 SUMMED = 4
 GRID_SUMMED = 1  # the grids as offline synth's for n rows (measured: docs/benchmarks.md)
@@ -260,10 +271,26 @@ def base_attributes(cube: StreamCube) -> tuple:
     )
 
 
-def stream_plan(epsilon: Fraction, rows: int, cube: StreamCube, relation: str) -> StreamPlan:
+def stream_plan(
+    epsilon: Fraction, rows: int, cube: StreamCube, relation: str, continued: bool = False
+) -> StreamPlan:
     """Shares, grids, bins, R and the selection threshold from eps, the planning size `rows`
     of the run making the stream's first release (`replay.planning_size`), the schema and the
-    relation: public facts only."""
+    relation: public facts only. `continued` (a --state stream): planned for at least HORIZON x
+    its selection checkpoint's rows (the plan's `rows` is then that size; `from_state` replans
+    from it with `continued` False and gets the same plan)."""
+    mp = _plan_for(epsilon, rows, cube, relation)
+    if continued and mp.measurements and rows < HORIZON * select_rows(mp):
+        mp = _plan_for(epsilon, HORIZON * select_rows(mp), cube, relation)
+    return mp
+
+
+def select_rows(mp: StreamPlan) -> int:
+    """The rows at which the selection has SELECT_SIGNAL (public: the plan's eps_S, R, sens)."""
+    return math.ceil(SELECT_SIGNAL * mp.sensitivity * max(mp.rounds, 1) / float(mp.select))
+
+
+def _plan_for(epsilon: Fraction, rows: int, cube: StreamCube, relation: str) -> StreamPlan:
     sens = histogram_sensitivity(relation)
     base = base_attributes(cube)
     count = len(base)
@@ -276,10 +303,9 @@ def stream_plan(epsilon: Fraction, rows: int, cube: StreamCube, relation: str) -
         select = pairs.share_of(epsilon, SELECT)
     signal = float(one_way) / count * n / sens / math.sqrt(GRID_SUMMED)
     attrs = tuple(a.with_size(signal) for a in base)
-    select_at = min(math.ceil(SELECT_SIGNAL * sens * count / float(epsilon)), max(n // 4, 1))
     mp = StreamPlan(
         epsilon, one_way, select, epsilon - one_way - select, sens, attrs, pairs.MIN_BINS, 0,
-        rows=n, select_at=select_at,
+        rows=n,
     )  # fmt: skip
     if count <= 1:
         return mp
@@ -288,7 +314,8 @@ def stream_plan(epsilon: Fraction, rows: int, cube: StreamCube, relation: str) -
     if bins < pairs.SECOND_PARENT_BINS:
         extras = 0
         bins = pairs.bins_at(n, mp.pair_variance, CELL_NOISE)
-    return replace(mp, bins=bins, extras=extras)
+    mp = replace(mp, bins=bins, extras=extras)
+    return replace(mp, select_at=min(select_rows(mp), max(n // 4, 1)))
 
 
 # The state's arrays (`arrays`, `from_state`): exact counts and noisy nodes by these names.
@@ -342,10 +369,11 @@ class MarginalsEngine:
         self._source = source
         self._rng = source.spawn("bins").numpy_generator()
 
-    def begin(self, rows: int) -> None:
-        """This run's planning size (`replay.planning_size`, public): it fixes the plan if the
-        stream has made no release yet."""
+    def begin(self, rows: int, continued: bool = False) -> None:
+        """This run's planning size (`replay.planning_size`, public) and whether the stream has
+        a --state (public: the flags): they fix the plan if the stream has made no release yet."""
         self._rows = rows
+        self._continued = continued
 
     def _spawn(self, what: str, node: EpochNode | None = None) -> noise.RandomSource:
         return self._source.spawn(what if node is None else f"{what}:{_key(node)}")
@@ -378,7 +406,8 @@ class MarginalsEngine:
             return
         if self.plan is None:
             rows = getattr(self, "_rows", 0) or t
-            self.plan = stream_plan(self.epsilon, rows, self.cube, self.relation)
+            continued = getattr(self, "_continued", False)
+            self.plan = stream_plan(self.epsilon, rows, self.cube, self.relation, continued)
         self.closed += 1
         self.last_end = t
         i = self.closed
@@ -404,7 +433,7 @@ class MarginalsEngine:
             exact = self._open_two.pop(node, None)
             if exact:
                 self._two[node] = self._noisy_two_way(node, exact)
-        if before and t >= self.plan.select_at and len(self._base) > 1:
+        if before and len(self._base) > 1 and t >= self.plan.select_at:
             self._select()
         self._segment = pairs.PairCounts(self._base)
 
@@ -526,8 +555,8 @@ class MarginalsEngine:
     def ledger(self) -> Ledger:
         """The stream's spends (the same in every run's report: they add up to eps once for
         all runs of the stream; `replay` says which run committed them)."""
-        mp = self.plan or stream_plan(self.epsilon, getattr(self, "_rows", 0), self.cube,
-                                      self.relation)  # fmt: skip
+        rows, continued = getattr(self, "_rows", 0), getattr(self, "_continued", False)
+        mp = self.plan or stream_plan(self.epsilon, rows, self.cube, self.relation, continued)
         ledger = Ledger(self.epsilon, self.relation)
         D = len(mp.attributes)
         ledger.record(

@@ -674,7 +674,7 @@ def _run(
     start = engine.t  # rows replayed before this run (secret: never reported)
     marginal = isinstance(engine, MarginalsEngine)
     if marginal:
-        engine.begin(size)
+        engine.begin(size, state_dir is not None)
     first_run = not meta.get("identity")  # the stream's first run commits its eps
     released: list[dict[str, Any]] = []
     pending: list[list[str]] = []  # [staged, final]
