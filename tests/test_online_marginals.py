@@ -21,6 +21,7 @@ import pytest
 
 from dpsynth_cli.domain import ColumnSpec
 from dpsynth_cli.online import marginals as om
+from dpsynth_cli.online import schedule as osch
 from dpsynth_cli.online.cube import StreamCube
 from dpsynth_cli.online.replay import REPORT_NAME
 from dpsynth_cli.online.state import STATE_FILE
@@ -42,12 +43,12 @@ def test_every_release_counts_every_segment_once(k, top):
     """Release j sums nodes covering segments 1..j exactly once each; a segment is in at most
     `per_row` of the used nodes (the noise scale's factor), and the nodes a release sums are
     complete by then (their last segment has ended)."""
-    sched = om.Schedule(k, top)
+    sched = osch.Schedule(k, top)
     for j in range(1, k + 1):
         covered = np.zeros(k + 2, dtype=int)
         for level, a in sched.sums(j):
             covered[(a << level) + 1 : ((a + 1) << level) + 1] += 1
-            assert om.Schedule.end((level, a)) <= j
+            assert osch.Schedule.end((level, a)) <= j
         assert (covered[1 : j + 1] == 1).all() and not covered[j + 1 :].any()
     summed = {n for j in range(1, k + 1) for n in sched.sums(j)}
     every = {(lv, a) for lv in range(top + 1) for a in range(k + 1)}
@@ -58,8 +59,8 @@ def test_every_release_counts_every_segment_once(k, top):
 
 def test_schedule_rule():
     """Few checkpoints: the segments one by one (m = 1); many: the Binary Mechanism's tree."""
-    assert om.schedule(4).top == 0 and om.schedule(4).per_row == 1
-    big = om.schedule(4096)
+    assert osch.schedule(4).top == 0 and osch.schedule(4).per_row == 1
+    big = osch.schedule(4096)
     assert big.top > 0 and big.worst() < 4096
 
 
@@ -67,7 +68,7 @@ def test_epoch_schedule_counts_every_segment_once():
     """The unbounded schedule (issue 39): release k sums nodes covering segments 1..k exactly
     once each, all complete by k; a segment is in at most m_j nodes of its epoch; nothing
     depends on how many checkpoints come later."""
-    E = om.EpochSchedule
+    E = osch.EpochSchedule
     for k in range(1, 300):
         covered = np.zeros(k + 2, dtype=int)
         for node in E.sums(k):
@@ -77,9 +78,9 @@ def test_epoch_schedule_counts_every_segment_once():
             assert E.end(node) <= k
         assert (covered[1 : k + 1] == 1).all() and not covered[k + 1 :].any()
     for i in range(1, 300):
-        assert len(E.nodes_of(i)) <= E.per_row(om.epoch_of(i)[0])
-    assert om.epoch_schedule(13).per_row == 14  # beyond EPOCH_SEARCH: the binary tree
-    assert om.stream_factor(48) == pytest.approx(48**0.5)
+        assert len(E.nodes_of(i)) <= E.per_row(osch.epoch_of(i)[0])
+    assert osch.epoch_schedule(13).per_row == 14  # beyond EPOCH_SEARCH: the binary tree
+    assert osch.stream_factor(48) == pytest.approx(48**0.5)
 
 
 @pytest.mark.parametrize("eps", [1, 0.3, 2.5])
@@ -435,8 +436,8 @@ def test_the_checkpoints_notice_rule():
     assert checkpoints_factor("marginals", 1) == 1.0
     assert checkpoints_factor("marginals", 4) == pytest.approx(2.0)
     assert checkpoints_factor("marginals", 48) == pytest.approx(48**0.5)
-    assert checkpoints_factor("marginals", 4096) == pytest.approx(om.stream_factor(4096))
-    assert om.stream_factor(4096) < 4096**0.5
+    assert checkpoints_factor("marginals", 4096) == pytest.approx(osch.stream_factor(4096))
+    assert osch.stream_factor(4096) < 4096**0.5
     assert all(checkpoints_factor("partition", k) == 1.0 for k in (1, 48, 4096))
     assert checkpoints_notice("marginals", 9, 1.0) == []
     (notice,) = checkpoints_notice("marginals", 10, 1.0)

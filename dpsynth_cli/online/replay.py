@@ -57,8 +57,9 @@ from dpsynth_cli.mechanisms.conditioned import Rules
 from dpsynth_cli.online import state as state_io
 from dpsynth_cli.online.cube import StreamCube
 from dpsynth_cli.online.engine import OnlineEngine, apriori_bound
-from dpsynth_cli.online.marginals import MarginalsEngine, noise_factor
+from dpsynth_cli.online.marginals import MarginalsEngine
 from dpsynth_cli.online.params import ALLOCATIONS, SPARSE_SHARE, OnlinePlan
+from dpsynth_cli.online.schedule import noise_factor
 from dpsynth_cli.online.stream import RowStream, from_table, rebatch
 from dpsynth_cli.online.timeline import Timeline, file_stamp, time_rule, time_text
 from dpsynth_cli.privacy.ledger import Ledger, Spend, check_epsilon
