@@ -8,6 +8,7 @@ the nodes-per-row factor of the noise scale (caught); releases well-formed, cons
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from dataclasses import replace
@@ -132,25 +133,46 @@ def resumed(eng: om.MarginalsEngine) -> om.MarginalsEngine:
 def test_a_continued_stream_draws_what_one_run_draws():
     """The same seed, one run against the state saved and loaded after every checkpoint: the
     same noisy nodes, the same chosen pairs, the same sums at every checkpoint (the schedule,
-    the plan and the selection do not depend on where runs end)."""
+    the plan and the selection do not depend on where runs end, nor on the first run's size:
+    a --state stream is planned for at least HORIZON x its selection's rows)."""
     X = CUBE.to_cube(np.random.default_rng(3).random((3000, 3)))
     stops = [1 << k for k in range(12)]
     one = engine(Fraction(1), "add-remove")
-    one.begin(2048)
+    one.begin(2048, True)
     one.feed(X, stops)
     many = engine(Fraction(1), "add-remove")
-    many.begin(2048)
     for lo, hi in zip([0, 5, 300, 1500], [5, 300, 1500, 3000], strict=True):
+        many.begin(max(s for s in stops if s <= hi), True)  # each run's planning size
         many.feed(X[lo:hi], stops)
         many = resumed(many)
         many.use(src("eng-1-add-remove"))  # each run: a new source (here: the same seed)
     assert many.closed == one.closed == 12 and many.select_segment == one.select_segment > 0
+    assert many.plan == one.plan and one.plan.rows >= om.HORIZON * om.select_rows(one.plan)
     assert many.tree == one.tree and many.seconds == one.seconds
     for k in range(1, 13):
         a, b = one._summed_one_way(k)[0], many._summed_one_way(k)[0]
         assert all((x == y).all() for x, y in zip(a, b, strict=True))
     a, b = one._summed_two_way(12)[0], many._summed_two_way(12)[0]
     assert a.keys() == b.keys() and all((a[e] == b[e]).all() for e in a)
+
+
+@pytest.mark.parametrize("relation", ["replace", "add-remove"])
+@pytest.mark.parametrize("rows", [1, 600, 4096, 10**6])
+def test_the_selection_waits_for_its_signal(relation, rows):
+    """select_at: the rows where each round's eps_S / R x rows / sens reaches SELECT_SIGNAL, or
+    a quarter of the planning size if fewer (a stream ending with its run); with --state the
+    plan is for at least HORIZON x that many rows, so the cap never binds, and replanning from
+    the stored size (`from_state`) gives the same plan."""
+    mp = om.stream_plan(Fraction(1), rows, CUBE, relation)
+    need = om.select_rows(mp)
+    assert need == math.ceil(om.SELECT_SIGNAL * mp.sensitivity * mp.rounds / float(mp.select))
+    assert mp.select_at == min(need, max(rows // 4, 1)) and mp.rows == rows
+    kept = om.stream_plan(Fraction(1), rows, CUBE, relation, continued=True)
+    assert kept.rows == max(rows, om.HORIZON * om.select_rows(kept))
+    assert kept.select_at == om.select_rows(kept)
+    assert om.stream_plan(Fraction(1), kept.rows, CUBE, relation) == kept
+    if rows >= om.HORIZON * need:
+        assert kept == mp
 
 
 # -- audit on neighbouring streams -----------------------------------------------------------------

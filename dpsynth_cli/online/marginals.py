@@ -8,25 +8,27 @@ continues it; the pairs it measures are chosen privately once and reused.
 
 Public facts (never a raw count): the stream's checkpoints, each with its row count (a release
 at t holds t rows); eps (the stream's declared total: a continued state must have the same);
-the relation, the schema; and the planning size n of the run that makes the stream's FIRST
-release (`replay.planning_size`: its last checkpoint's row count, or with --row-counts-public
-its count at the end). From them alone, once, at the stream's first checkpoint (`stream_plan`,
-stored in the state as n): every attribute's grid, the shares eps_1 (one-way), eps_S
-(selection), eps_2 = eps - eps_1 - eps_S (two-way), the bins per attribute, R (the two-way
-histograms measured: tree edges and second parents), and the selection checkpoint: the first
-checkpoint with at least `select_at` rows (`SELECT_SIGNAL`: eps_S t / (sens R) rows' worth of
-signal per selection round), or a run's last checkpoint (its planning size, public) when the run
-would end before that and the checkpoint has at least `select_min` rows (`SELECT_MIN`).
+the relation, the schema; whether the stream has a --state (a flag); and the planning size n of
+the run that makes the stream's FIRST release (`replay.planning_size`: its last checkpoint's row
+count, or with --row-counts-public its count at the end). From them alone, once, at the
+stream's first checkpoint (`stream_plan`, stored in the state as its n): every attribute's grid,
+the shares eps_1 (one-way), eps_S (selection), eps_2 = eps - eps_1 - eps_S (two-way), the bins
+per attribute, R (the two-way histograms measured: tree edges and second parents), and the
+selection checkpoint: the first checkpoint with at least `select_at` rows (`SELECT_SIGNAL`:
+eps_S t / (sens R) rows' worth of signal per selection round, or a quarter of n if fewer). A
+--state stream is planned for n at least HORIZON x those rows, so neither its plan nor its
+selection depends on how small its first run was.
 
-The unbounded schedule (`schedule.EpochSchedule`): segment i is the rows between the stream's checkpoints
-i-1 and i, numbered across runs. Epoch j holds the segments 2^j .. 2^(j+1) - 1 (2^j of them: a
-size known when the epoch begins, whatever the number of checkpoints to come), and inside it the
-dyadic schedule that `schedule(2^j)` picks for 2^j checkpoints (h = 0, the segments one by one,
-for epochs up to 2^10 segments; the Binary Mechanism's tree beyond). Release k sums the nodes of
-every complete epoch's whole and of its own epoch's prefix. A row lies in one segment, so in one
-epoch and in at most m_j = `schedule(2^j).per_row` of its nodes. This is the hybrid mechanism
-(Chan, Shi & Song 2011) with the epochs' totals read from their own trees; for fewer than about
-2,000 checkpoints it is exactly the segments one by one, which the bounded rule picked too.
+The unbounded schedule (`schedule.EpochSchedule`): segment i is the rows between the stream's
+checkpoints i-1 and i, numbered across runs. Epoch j holds the segments 2^j .. 2^(j+1) - 1 (2^j
+of them: a size known when the epoch begins, whatever the number of checkpoints to come), and
+inside it the dyadic schedule that `schedule(2^j)` picks for 2^j checkpoints (h = 0, the
+segments one by one, for epochs up to 2^10 segments; the Binary Mechanism's tree beyond).
+Release k sums the nodes of every complete epoch's whole and of its own epoch's prefix. A row
+lies in one segment, so in one epoch and in at most m_j = `schedule(2^j).per_row` of its nodes.
+This is the hybrid mechanism (Chan, Shi & Song 2011) with the epochs' totals read from their own
+trees; for fewer than about 2,000 checkpoints it is exactly the segments one by one, which the
+bounded rule picked too.
 
 Selection (issue 39, item 2), once: until the selection checkpoint c, nodes measure one-way
 histograms only and every pair's exact two-way counts of the rows so far are kept (secret, in the
@@ -154,7 +156,9 @@ def stream_plan(
     its selection checkpoint's rows (the plan's `rows` is then that size; `from_state` replans
     from it with `continued` False and gets the same plan)."""
     mp = _plan_for(epsilon, rows, cube, relation)
-    if continued and mp.measurements and rows < HORIZON * select_rows(mp):
+    while continued and mp.measurements and mp.rows < HORIZON * select_rows(mp):
+        # R (and so select_rows) only grows with the rows (second parents come with more
+        # bins): the fixed point is the same from any first run's size below it
         mp = _plan_for(epsilon, HORIZON * select_rows(mp), cube, relation)
     return mp
 

@@ -198,14 +198,15 @@ CHECKPOINT_NOTICE = (
 
 def checkpoints_factor(mechanism: str, checkpoints: int) -> float:
     """How many times the noise of a single release at the same eps the last release's counts
-    carry, from public facts only (the mechanism and this run's number of checkpoints):
-    marginals, `marginals.noise_factor` of the node schedule; partition, 1 (its counters and
-    their noise run the same whatever the checkpoints: a release is post-processing of them)."""
+    carry, from public facts only (the mechanism and the number of checkpoints: for marginals
+    the stream's so far, across the runs of a --state): marginals, `schedule.noise_factor` of
+    the epoch schedule; partition, 1 (its counters and their noise run the same whatever the
+    checkpoints: a release is post-processing of them)."""
     return noise_factor(checkpoints) if mechanism == "marginals" else 1.0
 
 
 def checkpoints_notice(mechanism: str, checkpoints: int, eps: float) -> list[str]:
-    """A notice when this run's checkpoints cost most of the accuracy (`CHECKPOINT_COST`)."""
+    """A notice when the checkpoints cost most of the accuracy (`CHECKPOINT_COST`)."""
     factor = checkpoints_factor(mechanism, checkpoints)
     if factor <= CHECKPOINT_COST:
         return []
