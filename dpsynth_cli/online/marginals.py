@@ -517,8 +517,10 @@ class MarginalsEngine:
                 "pairs_measured": mp.measurements,
                 "selection": {
                     "when": "at the stream's first checkpoint with at least "
-                    f"{mp.select_at} rows (public: eps, the columns, the first run's "
-                    "planning size)",
+                    f"{mp.select_at} rows: eps_S t / (sens R) >= {SELECT_SIGNAL:g}, or a "
+                    "quarter of planning_rows_of_the_stream if fewer (public: eps, the "
+                    "columns, the first run's planning size; with --state at least "
+                    f"{HORIZON} x the former)",
                     "made": bool(self.select_segment),
                     "at_checkpoint": self.select_segment or None,
                     "from": "the exact two-way tables of the rows up to that checkpoint, by "
