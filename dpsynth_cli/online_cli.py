@@ -148,16 +148,17 @@ Mechanism = Annotated[
         "--mechanism",
         metavar="|".join(MECHANISMS),
         show_default=True,
-        help="The online synthesiser, e.g. --mechanism marginals. auto: marginals without "
-        "--state when synth's auto rule would pick it (4 to 100 columns, eps x rows / "
-        "(sensitivity x columns) >= 90, rows: those of the last checkpoint this run releases, "
-        "or with --row-counts-public those at the end of the run; the report's planning_rows), "
-        "else partition. partition: the binary "
-        "hierarchical partition of dissertation ch. 5 (Algorithms 10-12; a-priori W1 bounds, "
-        "--state). marginals: every column's and column pair's histogram released continually "
-        "over this run's checkpoints and a tree model drawn from them, as synth's "
-        "--mechanism marginals (no a-priori bound, no --state; measured more accurate on "
-        "real mixed tables: docs/benchmarks.md).",
+        help="The online synthesiser, e.g. --mechanism marginals. auto: for a new stream (with "
+        "or without --state) marginals when synth's auto rule would pick it (4 to 100 "
+        "columns, eps x rows / (sensitivity x columns) >= 90, rows: those of the last "
+        "checkpoint this run releases, or with --row-counts-public those at the end of the "
+        "run; the report's planning_rows), else partition; a continued --state keeps its "
+        "stream's mechanism. partition: the binary hierarchical partition of dissertation "
+        "ch. 5 (Algorithms 10-12; a-priori W1 bounds). marginals: every column's histogram and "
+        "the column pairs of a privately chosen tree released continually over the stream's "
+        "checkpoints (across the runs of a --state) and a tree model drawn from them, as "
+        "synth's --mechanism marginals (no a-priori bound; measured more accurate on real "
+        "mixed tables: docs/benchmarks.md).",
     ),
 ]
 ReleaseAtEnd = Annotated[

@@ -8,6 +8,7 @@ the nodes-per-row factor of the noise scale (caught); releases well-formed, cons
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from dataclasses import replace
@@ -21,8 +22,10 @@ import pytest
 
 from dpsynth_cli.domain import ColumnSpec
 from dpsynth_cli.online import marginals as om
+from dpsynth_cli.online import schedule as osch
 from dpsynth_cli.online.cube import StreamCube
 from dpsynth_cli.online.replay import REPORT_NAME
+from dpsynth_cli.online.state import STATE_FILE
 from dpsynth_cli.privacy.noise import RandomSource
 from tests.audit import audit
 from tests.test_neighbours_mixed import ROWS as MIXED_ROWS
@@ -41,12 +44,12 @@ def test_every_release_counts_every_segment_once(k, top):
     """Release j sums nodes covering segments 1..j exactly once each; a segment is in at most
     `per_row` of the used nodes (the noise scale's factor), and the nodes a release sums are
     complete by then (their last segment has ended)."""
-    sched = om.Schedule(k, top)
+    sched = osch.Schedule(k, top)
     for j in range(1, k + 1):
         covered = np.zeros(k + 2, dtype=int)
         for level, a in sched.sums(j):
             covered[(a << level) + 1 : ((a + 1) << level) + 1] += 1
-            assert om.Schedule.end((level, a)) <= j
+            assert osch.Schedule.end((level, a)) <= j
         assert (covered[1 : j + 1] == 1).all() and not covered[j + 1 :].any()
     summed = {n for j in range(1, k + 1) for n in sched.sums(j)}
     every = {(lv, a) for lv in range(top + 1) for a in range(k + 1)}
@@ -57,8 +60,8 @@ def test_every_release_counts_every_segment_once(k, top):
 
 def test_schedule_rule():
     """Few checkpoints: the segments one by one (m = 1); many: the Binary Mechanism's tree."""
-    assert om.schedule(4).top == 0 and om.schedule(4).per_row == 1
-    big = om.schedule(4096)
+    assert osch.schedule(4).top == 0 and osch.schedule(4).per_row == 1
+    big = osch.schedule(4096)
     assert big.top > 0 and big.worst() < 4096
 
 
@@ -66,7 +69,7 @@ def test_epoch_schedule_counts_every_segment_once():
     """The unbounded schedule (issue 39): release k sums nodes covering segments 1..k exactly
     once each, all complete by k; a segment is in at most m_j nodes of its epoch; nothing
     depends on how many checkpoints come later."""
-    E = om.EpochSchedule
+    E = osch.EpochSchedule
     for k in range(1, 300):
         covered = np.zeros(k + 2, dtype=int)
         for node in E.sums(k):
@@ -76,9 +79,9 @@ def test_epoch_schedule_counts_every_segment_once():
             assert E.end(node) <= k
         assert (covered[1 : k + 1] == 1).all() and not covered[k + 1 :].any()
     for i in range(1, 300):
-        assert len(E.nodes_of(i)) <= E.per_row(om.epoch_of(i)[0])
-    assert om.epoch_schedule(13).per_row == 14  # beyond EPOCH_SEARCH: the binary tree
-    assert om.stream_factor(48) == pytest.approx(48**0.5)
+        assert len(E.nodes_of(i)) <= E.per_row(osch.epoch_of(i)[0])
+    assert osch.epoch_schedule(13).per_row == 14  # beyond EPOCH_SEARCH: the binary tree
+    assert osch.stream_factor(48) == pytest.approx(48**0.5)
 
 
 @pytest.mark.parametrize("eps", [1, 0.3, 2.5])
@@ -130,25 +133,46 @@ def resumed(eng: om.MarginalsEngine) -> om.MarginalsEngine:
 def test_a_continued_stream_draws_what_one_run_draws():
     """The same seed, one run against the state saved and loaded after every checkpoint: the
     same noisy nodes, the same chosen pairs, the same sums at every checkpoint (the schedule,
-    the plan and the selection do not depend on where runs end)."""
+    the plan and the selection do not depend on where runs end, nor on the first run's size:
+    a --state stream is planned for at least HORIZON x its selection's rows)."""
     X = CUBE.to_cube(np.random.default_rng(3).random((3000, 3)))
     stops = [1 << k for k in range(12)]
     one = engine(Fraction(1), "add-remove")
-    one.begin(2048)
+    one.begin(2048, True)
     one.feed(X, stops)
     many = engine(Fraction(1), "add-remove")
-    many.begin(2048)
     for lo, hi in zip([0, 5, 300, 1500], [5, 300, 1500, 3000], strict=True):
+        many.begin(max(s for s in stops if s <= hi), True)  # each run's planning size
         many.feed(X[lo:hi], stops)
         many = resumed(many)
         many.use(src("eng-1-add-remove"))  # each run: a new source (here: the same seed)
     assert many.closed == one.closed == 12 and many.select_segment == one.select_segment > 0
+    assert many.plan == one.plan and one.plan.rows >= om.HORIZON * om.select_rows(one.plan)
     assert many.tree == one.tree and many.seconds == one.seconds
     for k in range(1, 13):
         a, b = one._summed_one_way(k)[0], many._summed_one_way(k)[0]
         assert all((x == y).all() for x, y in zip(a, b, strict=True))
     a, b = one._summed_two_way(12)[0], many._summed_two_way(12)[0]
     assert a.keys() == b.keys() and all((a[e] == b[e]).all() for e in a)
+
+
+@pytest.mark.parametrize("relation", ["replace", "add-remove"])
+@pytest.mark.parametrize("rows", [1, 600, 4096, 10**6])
+def test_the_selection_waits_for_its_signal(relation, rows):
+    """select_at: the rows where each round's eps_S / R x rows / sens reaches SELECT_SIGNAL, or
+    a quarter of the planning size if fewer (a stream ending with its run); with --state the
+    plan is for at least HORIZON x that many rows, so the cap never binds, and replanning from
+    the stored size (`from_state`) gives the same plan."""
+    mp = om.stream_plan(Fraction(1), rows, CUBE, relation)
+    need = om.select_rows(mp)
+    assert need == math.ceil(om.SELECT_SIGNAL * mp.sensitivity * mp.rounds / float(mp.select))
+    assert mp.select_at == min(need, max(rows // 4, 1)) and mp.rows == rows
+    kept = om.stream_plan(Fraction(1), rows, CUBE, relation, continued=True)
+    assert kept.rows == max(rows, om.HORIZON * om.select_rows(kept))
+    assert kept.select_at == om.select_rows(kept)
+    assert om.stream_plan(Fraction(1), kept.rows, CUBE, relation) == kept
+    if rows >= om.HORIZON * need:
+        assert kept == mp
 
 
 # -- audit on neighbouring streams -----------------------------------------------------------------
@@ -434,10 +458,60 @@ def test_the_checkpoints_notice_rule():
     assert checkpoints_factor("marginals", 1) == 1.0
     assert checkpoints_factor("marginals", 4) == pytest.approx(2.0)
     assert checkpoints_factor("marginals", 48) == pytest.approx(48**0.5)
-    assert checkpoints_factor("marginals", 4096) == pytest.approx(om.stream_factor(4096))
-    assert om.stream_factor(4096) < 4096**0.5
+    assert checkpoints_factor("marginals", 4096) == pytest.approx(osch.stream_factor(4096))
+    assert osch.stream_factor(4096) < 4096**0.5
     assert all(checkpoints_factor("partition", k) == 1.0 for k in (1, 48, 4096))
     assert checkpoints_notice("marginals", 9, 1.0) == []
     (notice,) = checkpoints_notice("marginals", 10, 1.0)
     assert notice.startswith("10 checkpoints at eps 1: the last release's counts carry about 3x")
     assert checkpoints_notice("partition", 4096, 1.0) == []
+
+
+# -- issue 39: neighbours through the real command across two --state runs -------------------------
+@pytest.mark.parametrize("row", ["number in a category", "all missing", "not forced"])
+def test_neighbours_across_two_state_runs(runner, tmp_path, monkeypatch, row):
+    """Two streams whose row at time 302 differs (an adversarial row), each replayed as a cron
+    job: a first run on 650 rows and a second on all 1,000 continuing its --state (auto picks
+    marginals). With the counted values forced equal, both runs' releases, reports (ledger,
+    selection checkpoint, chosen pairs, planning sizes, epsilon_this_run 1 then 0), messages
+    and exit codes are identical, and so are the secret states' metadata: nothing a value
+    decides leaves outside the ledger. "not forced" shows the comparison can fail. The
+    selection threshold is lowered (a public constant) so that the second run makes it."""
+    monkeypatch.setattr(om, "SELECT_SIGNAL", 8.5)  # about 700 rows: checkpoint 3
+    if row != "not forced":
+        forced_feed(monkeypatch)
+    seen = []
+    for side in ("base", "neighbour"):
+        work = tmp_path / side
+        lines = mixed_lines(1000)
+        if side == "neighbour":
+            other = "all missing" if row == "not forced" else row
+            lines[301] = lines[301][:10] + "," + MIXED_ROWS[other]
+        runs = []
+        for part in (650, 1000):
+            write(work, lines[:part])
+            monkeypatch.chdir(work)
+            flags = [*COMMON, *CHECKPOINTS, "--neighboring", "add-remove", "--state", "st"]
+            result = run(runner, "s.csv", *flags, "--out-dir", "rel")
+            report = json.loads((work / "rel" / REPORT_NAME).read_text())
+            runs.append((result.exit_code, result.output, report))
+        with np.load(work / "st" / STATE_FILE) as z:  # the raw rows' digest aside
+            state = json.loads(bytes(z["meta"]).decode("utf-8"))
+        state.pop("prefix_sha256")
+        seen.append((runs, listing(work / "rel"), state))
+    (first, last), files, _ = seen[0]
+    assert first[0] == last[0] == 0, first[1] + last[1]
+    assert [r["stream"]["epsilon_this_run"] for r in (first[2], last[2])] == [1.0, 0.0]
+    for report in (first[2], last[2]):
+        assert report["ledger"]["total_epsilon_exact"] == "1"
+        assert report["mechanism"]["name"].startswith("online marginals")
+    selection = last[2]["mechanism"]["selection"]
+    assert selection["made"] and selection["at_checkpoint"] == 3, selection  # run 2
+    assert sorted(n for n in files if n.startswith("release-")) == [
+        n for c in last[2]["checkpoints"] for n in [c["file"]]
+    ]
+    if row == "not forced":
+        name = last[2]["checkpoints"][-1]["file"]
+        assert seen[0][1][name] != seen[1][1][name]
+    else:
+        assert seen[0] == seen[1]

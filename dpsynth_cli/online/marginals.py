@@ -8,23 +8,27 @@ continues it; the pairs it measures are chosen privately once and reused.
 
 Public facts (never a raw count): the stream's checkpoints, each with its row count (a release
 at t holds t rows); eps (the stream's declared total: a continued state must have the same);
-the relation, the schema; and the planning size n of the run that makes the stream's FIRST
-release (`replay.planning_size`: its last checkpoint's row count, or with --row-counts-public
-its count at the end). From them alone, once, at the stream's first checkpoint (`stream_plan`,
-stored in the state as n): every attribute's grid, the shares eps_1 (one-way), eps_S
-(selection), eps_2 = eps - eps_1 - eps_S (two-way), the bins per attribute, R (the two-way
-histograms measured: tree edges and second parents), and the selection checkpoint: the first
-checkpoint with at least `select_at` rows (`SELECT_SIGNAL`, or a quarter of n if fewer).
+the relation, the schema; whether the stream has a --state (a flag); and the planning size n of
+the run that makes the stream's FIRST release (`replay.planning_size`: its last checkpoint's row
+count, or with --row-counts-public its count at the end). From them alone, once, at the
+stream's first checkpoint (`stream_plan`, stored in the state as its n): every attribute's grid,
+the shares eps_1 (one-way), eps_S (selection), eps_2 = eps - eps_1 - eps_S (two-way), the bins
+per attribute, R (the two-way histograms measured: tree edges and second parents), and the
+selection checkpoint: the first checkpoint with at least `select_at` rows (`SELECT_SIGNAL`:
+eps_S t / (sens R) rows' worth of signal per selection round, or a quarter of n if fewer). A
+--state stream is planned for n at least HORIZON x those rows, so neither its plan nor its
+selection depends on how small its first run was.
 
-The unbounded schedule (`EpochSchedule`): segment i is the rows between the stream's checkpoints
-i-1 and i, numbered across runs. Epoch j holds the segments 2^j .. 2^(j+1) - 1 (2^j of them: a
-size known when the epoch begins, whatever the number of checkpoints to come), and inside it the
-dyadic schedule that `schedule(2^j)` picks for 2^j checkpoints (h = 0, the segments one by one,
-for epochs up to 2^10 segments; the Binary Mechanism's tree beyond). Release k sums the nodes of
-every complete epoch's whole and of its own epoch's prefix. A row lies in one segment, so in one
-epoch and in at most m_j = `schedule(2^j).per_row` of its nodes. This is the hybrid mechanism
-(Chan, Shi & Song 2011) with the epochs' totals read from their own trees; for fewer than about
-2,000 checkpoints it is exactly the segments one by one, which the bounded rule picked too.
+The unbounded schedule (`schedule.EpochSchedule`): segment i is the rows between the stream's
+checkpoints i-1 and i, numbered across runs. Epoch j holds the segments 2^j .. 2^(j+1) - 1 (2^j
+of them: a size known when the epoch begins, whatever the number of checkpoints to come), and
+inside it the dyadic schedule that `schedule(2^j)` picks for 2^j checkpoints (h = 0, the
+segments one by one, for epochs up to 2^10 segments; the Binary Mechanism's tree beyond).
+Release k sums the nodes of every complete epoch's whole and of its own epoch's prefix. A row
+lies in one segment, so in one epoch and in at most m_j = `schedule(2^j).per_row` of its nodes.
+This is the hybrid mechanism (Chan, Shi & Song 2011) with the epochs' totals read from their own
+trees; for fewer than about 2,000 checkpoints it is exactly the segments one by one, which the
+bounded rule picked too.
 
 Selection (issue 39, item 2), once: until the selection checkpoint c, nodes measure one-way
 histograms only and every pair's exact two-way counts of the rows so far are kept (secret, in the
@@ -57,7 +61,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from functools import cache, cached_property
 from typing import Any
 
 import numpy as np
@@ -68,6 +71,7 @@ from dpsynth_cli.mechanisms.attributes import attributes
 from dpsynth_cli.mechanisms.base import Output, discrete_laplace_variance
 from dpsynth_cli.mechanisms.conditioned import Rules, conditioned
 from dpsynth_cli.online.cube import StreamCube
+from dpsynth_cli.online.schedule import EpochNode, EpochSchedule
 from dpsynth_cli.privacy import noise
 from dpsynth_cli.privacy.ledger import Ledger, Spend, histogram_sensitivity
 
@@ -81,138 +85,21 @@ CELL_NOISE = 1.5  # a pair's cells hold about this many noise deviations each (o
 # (seattle seed 2: precipitation's correlations off by 0.55 -> 0.24).
 FIT_FLOOR = 0.0
 SELECT = Fraction(1, 10)  # eps_S: the share of the selection (offline's)
-# The selection checkpoint: the first with eps t / (sens D) >= SELECT_SIGNAL rows' worth of
-# signal per attribute (public), or with a quarter of the first run's planning size if fewer.
-SELECT_SIGNAL = 100.0
+# The selection checkpoint (issue 39, measured on flights: docs/benchmarks.md). A round of
+# permute-and-flip at eps_S / R picks the pair furthest from independence when the score gap,
+# about t x (its L1 gap per row), is well above sens R / eps_S: the first checkpoint with
+# eps_S t / (sens R) >= SELECT_SIGNAL (`select_at`), or with a quarter of the planning size if
+# fewer. At 1,024 flights (0.15 of that) the tree missed dep_delay-arr_delay in 2 of 3 seeds,
+# also without any Laplace noise (their correlation 0.04 against 0.91); at 8,192 (1.2) it is
+# chosen in every seed.
+SELECT_SIGNAL = 50.0
+# A stream continued with --state is planned for at least HORIZON x select_at rows (its size
+# when three quarters of its rows are measured after the selection), not for its first run's
+# planning size alone: a first run of 4,096 flights would fix 6 bins for a stream of 32,768.
+HORIZON = 4
 # The plan's grids and bins take a release to sum about this many nodes' noise (public).
 SUMMED = 4
 GRID_SUMMED = 1  # the grids as offline synth's for n rows (measured: docs/benchmarks.md)
-EPOCH_SEARCH = 12  # epochs of up to 2^12 segments pick their top level; beyond, the binary tree
-
-Node = tuple[int, int]  # (level l, index a): segments a 2^l + 1 .. (a + 1) 2^l
-
-
-def decomposition(k: int, top: int) -> list[Node]:
-    """Prefix [1, k] of segments as dyadic blocks of levels <= top, largest first: k >> top
-    blocks of the top level, then one block of level l < top for each bit l set in k."""
-    out = [(top, a) for a in range(k >> top)]
-    pos = (k >> top) << top
-    for level in range(top - 1, -1, -1):
-        if k >> level & 1:
-            out.append((level, pos >> level))
-            pos += 1 << level
-    return out
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """Which noisy nodes each checkpoint sums (public: K and the top level only)."""
-
-    checkpoints: int  # K
-    top: int  # h
-
-    def used(self, node: Node) -> bool:
-        """Whether some release k <= K sums the node: a top-level block inside [1, K], or a
-        lower block (l, a) with a even (bit l of k set) inside [1, K]."""
-        level, a = node
-        return (a + 1) << level <= self.checkpoints and (level == self.top or a % 2 == 0)
-
-    def sums(self, k: int) -> list[Node]:
-        return decomposition(k, self.top)
-
-    def nodes_of(self, i: int) -> list[Node]:
-        """The used nodes segment i (1-based) is in."""
-        mine = [(lv, (i - 1) >> lv) for lv in range(self.top + 1)]
-        return [n for n in mine if self.used(n)]
-
-    @cached_property
-    def per_row(self) -> int:
-        """m: the most nodes one row is counted in (the scale's factor)."""
-        return max((len(self.nodes_of(i)) for i in range(1, self.checkpoints + 1)), default=1)
-
-    def worst(self) -> int:
-        """The worst checkpoint's variance in units of a single measurement's."""
-        mask = (1 << self.top) - 1
-        summed = max(
-            ((k >> self.top) + (k & mask).bit_count() for k in range(1, self.checkpoints + 1)),
-            default=1,
-        )
-        return self.per_row**2 * summed
-
-    @staticmethod
-    def end(node: Node) -> int:
-        """The segment after which the node is complete (and noised)."""
-        level, a = node
-        return (a + 1) << level
-
-
-def schedule(checkpoints: int) -> Schedule:
-    """The top level h with the smallest worst-checkpoint variance (ties: the lower)."""
-    options = [Schedule(checkpoints, h) for h in range(max(checkpoints, 1).bit_length())]
-    return min(options, key=lambda s: (s.worst(), s.top))
-
-
-def noise_factor(checkpoints: int) -> float:
-    """The noise standard deviation of the last release's counts in units of a single
-    release's at the same eps, for a stream of this many checkpoints (`stream_factor`)."""
-    return stream_factor(checkpoints)
-
-
-EpochNode = tuple[int, int, int]  # (epoch j, level l, index a) inside epoch j's schedule
-
-
-@cache
-def epoch_schedule(j: int) -> Schedule:
-    """Epoch j's dyadic schedule over its 2^j segments (public: j only)."""
-    if j > EPOCH_SEARCH:
-        return Schedule(1 << j, j)
-    return schedule(1 << j)
-
-
-def epoch_of(i: int) -> tuple[int, int]:
-    """Segment i (1-based, across runs) -> (epoch j, position 1 .. 2^j inside it)."""
-    j = i.bit_length() - 1
-    return j, i - (1 << j) + 1
-
-
-@dataclass(frozen=True)
-class EpochSchedule:
-    """The unbounded schedule (module docstring): epochs of 2^j segments, each with its own
-    dyadic schedule; nothing depends on how many checkpoints will come."""
-
-    @staticmethod
-    def nodes_of(i: int) -> list[EpochNode]:
-        j, p = epoch_of(i)
-        return [(j, lv, a) for lv, a in epoch_schedule(j).nodes_of(p)]
-
-    @staticmethod
-    def sums(k: int) -> list[EpochNode]:
-        """The nodes release k sums: every complete epoch's whole, then epoch j's prefix."""
-        if k < 1:
-            return []
-        j, p = epoch_of(k)
-        out = [(e, lv, a) for e in range(j) for lv, a in epoch_schedule(e).sums(1 << e)]
-        return out + [(j, lv, a) for lv, a in epoch_schedule(j).sums(p)]
-
-    @staticmethod
-    def end(node: EpochNode) -> int:
-        """The segment after which the node is complete (and noised)."""
-        j, lv, a = node
-        return (1 << j) - 1 + ((a + 1) << lv)
-
-    @staticmethod
-    def per_row(j: int) -> int:
-        return epoch_schedule(j).per_row
-
-
-def stream_factor(k: int) -> float:
-    """The noise standard deviation of release k's counts in units of a single release's at the
-    same eps: sqrt(sum of m_j^2 over the nodes it sums). Public: k only."""
-    if k <= 1:
-        return 1.0
-    return math.sqrt(sum(EpochSchedule.per_row(j) ** 2 for j, _, _ in EpochSchedule.sums(k)))
-
-
 @dataclass(frozen=True)
 class StreamPlan(pairs.Plan):
     """`pairs.Plan` of the stream (fixed at its first checkpoint), with the selection's
@@ -260,10 +147,28 @@ def base_attributes(cube: StreamCube) -> tuple:
     )
 
 
-def stream_plan(epsilon: Fraction, rows: int, cube: StreamCube, relation: str) -> StreamPlan:
+def stream_plan(
+    epsilon: Fraction, rows: int, cube: StreamCube, relation: str, continued: bool = False
+) -> StreamPlan:
     """Shares, grids, bins, R and the selection threshold from eps, the planning size `rows`
     of the run making the stream's first release (`replay.planning_size`), the schema and the
-    relation: public facts only."""
+    relation: public facts only. `continued` (a --state stream): planned for at least HORIZON x
+    its selection checkpoint's rows (the plan's `rows` is then that size; `from_state` replans
+    from it with `continued` False and gets the same plan)."""
+    mp = _plan_for(epsilon, rows, cube, relation)
+    while continued and mp.measurements and mp.rows < HORIZON * select_rows(mp):
+        # R (and so select_rows) only grows with the rows (second parents come with more
+        # bins): the fixed point is the same from any first run's size below it
+        mp = _plan_for(epsilon, HORIZON * select_rows(mp), cube, relation)
+    return mp
+
+
+def select_rows(mp: StreamPlan) -> int:
+    """The rows at which the selection has SELECT_SIGNAL (public: the plan's eps_S, R, sens)."""
+    return math.ceil(SELECT_SIGNAL * mp.sensitivity * max(mp.rounds, 1) / float(mp.select))
+
+
+def _plan_for(epsilon: Fraction, rows: int, cube: StreamCube, relation: str) -> StreamPlan:
     sens = histogram_sensitivity(relation)
     base = base_attributes(cube)
     count = len(base)
@@ -276,10 +181,9 @@ def stream_plan(epsilon: Fraction, rows: int, cube: StreamCube, relation: str) -
         select = pairs.share_of(epsilon, SELECT)
     signal = float(one_way) / count * n / sens / math.sqrt(GRID_SUMMED)
     attrs = tuple(a.with_size(signal) for a in base)
-    select_at = min(math.ceil(SELECT_SIGNAL * sens * count / float(epsilon)), max(n // 4, 1))
     mp = StreamPlan(
         epsilon, one_way, select, epsilon - one_way - select, sens, attrs, pairs.MIN_BINS, 0,
-        rows=n, select_at=select_at,
+        rows=n,
     )  # fmt: skip
     if count <= 1:
         return mp
@@ -288,7 +192,8 @@ def stream_plan(epsilon: Fraction, rows: int, cube: StreamCube, relation: str) -
     if bins < pairs.SECOND_PARENT_BINS:
         extras = 0
         bins = pairs.bins_at(n, mp.pair_variance, CELL_NOISE)
-    return replace(mp, bins=bins, extras=extras)
+    mp = replace(mp, bins=bins, extras=extras)
+    return replace(mp, select_at=min(select_rows(mp), max(n // 4, 1)))
 
 
 # The state's arrays (`arrays`, `from_state`): exact counts and noisy nodes by these names.
@@ -342,10 +247,11 @@ class MarginalsEngine:
         self._source = source
         self._rng = source.spawn("bins").numpy_generator()
 
-    def begin(self, rows: int) -> None:
-        """This run's planning size (`replay.planning_size`, public): it fixes the plan if the
-        stream has made no release yet."""
+    def begin(self, rows: int, continued: bool = False) -> None:
+        """This run's planning size (`replay.planning_size`, public) and whether the stream has
+        a --state (public: the flags): they fix the plan if the stream has made no release yet."""
         self._rows = rows
+        self._continued = continued
 
     def _spawn(self, what: str, node: EpochNode | None = None) -> noise.RandomSource:
         return self._source.spawn(what if node is None else f"{what}:{_key(node)}")
@@ -378,7 +284,8 @@ class MarginalsEngine:
             return
         if self.plan is None:
             rows = getattr(self, "_rows", 0) or t
-            self.plan = stream_plan(self.epsilon, rows, self.cube, self.relation)
+            continued = getattr(self, "_continued", False)
+            self.plan = stream_plan(self.epsilon, rows, self.cube, self.relation, continued)
         self.closed += 1
         self.last_end = t
         i = self.closed
@@ -404,7 +311,7 @@ class MarginalsEngine:
             exact = self._open_two.pop(node, None)
             if exact:
                 self._two[node] = self._noisy_two_way(node, exact)
-        if before and t >= self.plan.select_at and len(self._base) > 1:
+        if before and len(self._base) > 1 and t >= self.plan.select_at:
             self._select()
         self._segment = pairs.PairCounts(self._base)
 
@@ -526,8 +433,8 @@ class MarginalsEngine:
     def ledger(self) -> Ledger:
         """The stream's spends (the same in every run's report: they add up to eps once for
         all runs of the stream; `replay` says which run committed them)."""
-        mp = self.plan or stream_plan(self.epsilon, getattr(self, "_rows", 0), self.cube,
-                                      self.relation)  # fmt: skip
+        rows, continued = getattr(self, "_rows", 0), getattr(self, "_continued", False)
+        mp = self.plan or stream_plan(self.epsilon, rows, self.cube, self.relation, continued)
         ledger = Ledger(self.epsilon, self.relation)
         D = len(mp.attributes)
         ledger.record(
@@ -610,8 +517,10 @@ class MarginalsEngine:
                 "pairs_measured": mp.measurements,
                 "selection": {
                     "when": "at the stream's first checkpoint with at least "
-                    f"{mp.select_at} rows (public: eps, the columns, the first run's "
-                    "planning size)",
+                    f"{mp.select_at} rows: eps_S t / (sens R) >= {SELECT_SIGNAL:g}, or a "
+                    "quarter of planning_rows_of_the_stream if fewer (public: eps, the "
+                    "columns, the first run's planning size; with --state at least "
+                    f"{HORIZON} x the former)",
                     "made": bool(self.select_segment),
                     "at_checkpoint": self.select_segment or None,
                     "from": "the exact two-way tables of the rows up to that checkpoint, by "

@@ -57,8 +57,9 @@ from dpsynth_cli.mechanisms.conditioned import Rules
 from dpsynth_cli.online import state as state_io
 from dpsynth_cli.online.cube import StreamCube
 from dpsynth_cli.online.engine import OnlineEngine, apriori_bound
-from dpsynth_cli.online.marginals import MarginalsEngine, noise_factor
+from dpsynth_cli.online.marginals import MarginalsEngine
 from dpsynth_cli.online.params import ALLOCATIONS, SPARSE_SHARE, OnlinePlan
+from dpsynth_cli.online.schedule import noise_factor
 from dpsynth_cli.online.stream import RowStream, from_table, rebatch
 from dpsynth_cli.online.timeline import Timeline, file_stamp, time_rule, time_text
 from dpsynth_cli.privacy.ledger import Ledger, Spend, check_epsilon
@@ -197,14 +198,15 @@ CHECKPOINT_NOTICE = (
 
 def checkpoints_factor(mechanism: str, checkpoints: int) -> float:
     """How many times the noise of a single release at the same eps the last release's counts
-    carry, from public facts only (the mechanism and this run's number of checkpoints):
-    marginals, `marginals.noise_factor` of the node schedule; partition, 1 (its counters and
-    their noise run the same whatever the checkpoints: a release is post-processing of them)."""
+    carry, from public facts only (the mechanism and the number of checkpoints: for marginals
+    the stream's so far, across the runs of a --state): marginals, `schedule.noise_factor` of
+    the epoch schedule; partition, 1 (its counters and their noise run the same whatever the
+    checkpoints: a release is post-processing of them)."""
     return noise_factor(checkpoints) if mechanism == "marginals" else 1.0
 
 
 def checkpoints_notice(mechanism: str, checkpoints: int, eps: float) -> list[str]:
-    """A notice when this run's checkpoints cost most of the accuracy (`CHECKPOINT_COST`)."""
+    """A notice when the checkpoints cost most of the accuracy (`CHECKPOINT_COST`)."""
     factor = checkpoints_factor(mechanism, checkpoints)
     if factor <= CHECKPOINT_COST:
         return []
@@ -674,7 +676,7 @@ def _run(
     start = engine.t  # rows replayed before this run (secret: never reported)
     marginal = isinstance(engine, MarginalsEngine)
     if marginal:
-        engine.begin(size)
+        engine.begin(size, state_dir is not None)
     first_run = not meta.get("identity")  # the stream's first run commits its eps
     released: list[dict[str, Any]] = []
     pending: list[list[str]] = []  # [staged, final]
