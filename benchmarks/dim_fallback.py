@@ -66,9 +66,9 @@ def load(name: str, n: int) -> np.ndarray:
 
     if name != "scale-d30":
         return wide(name, n).X
-    from benchmarks.scale import _columns
+    from benchmarks.scale import wide_columns
 
-    columns = _columns(np.random.default_rng(5), n, 30)
+    columns = wide_columns(np.random.default_rng(5), n, 30)
     return np.column_stack(list(columns.values())) / 100.0
 
 

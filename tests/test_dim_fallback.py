@@ -303,7 +303,7 @@ def test_strong_low_rank_tables_still_project(runner, tmp_path):
     result, report, _ = synth(runner, path, bounds, "auto")
     dim = report["dim"]
     assert dim["fallback"] is None and dim["projection"] is True
-    assert dim["signal"]["components_above_noise"] == dim["used"] >= 2
+    assert dim["signal"]["components_above_noise"] >= 1 and dim["used"] < 6
     assert report["mechanism"]["name"] == "lowdim"
     assert ledger_total(report) == pytest.approx(1.0)
 

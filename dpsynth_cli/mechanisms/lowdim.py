@@ -87,8 +87,8 @@ DIM_RULE = (
     "d' = argmin over 1 <= k <= d of sqrt(max(0, sum_{i>k} noisy eigenvalue_i)) "
     "+ (eps_inner * noisy_rows / sensitivity)^(-1/k) (dissertation §4.5 with the synthesis term "
     "in the L-infinity metric of [0,1]^d, without the L2 box factor sqrt(d/k); k = 1 allowed); "
-    "k = d: no projection; then only the chosen directions whose noisy eigenvalue is above the "
-    "norm the noise reaches (module spectrum), and none: no projection (the fallback)"
+    "k = d: no projection; none of the k chosen directions' noisy eigenvalues above the norm "
+    "the noise reaches (module spectrum): no projection either (the fallback)"
 )
 
 
@@ -244,16 +244,11 @@ def run(
     noise_norm = released.noise_norm(noisy_rows)
     k = dim or choose_dim(spec, eps_inner, noisy_rows, relation)
     signal = spectrum.check(spec[:k], noise_norm, SPECTRUM_VALUES)
-    chosen = k
-    if dim is None and 0 < signal.count < k:  # auto keeps only directions above the noise
-        k = signal.count
-        signal = spectrum.check(spec[:k], noise_norm, SPECTRUM_VALUES)
     description: dict[str, Any] = {
         "name": "lowdim",
         "algorithm": "dissertation Algorithm 5 (ch. 4) with exact noisy moments",
         "dim": k,
         "dim_chosen_by": "--dim" if dim is not None else DIM_RULE,
-        "dim_by_rule": chosen,
         "noisy_spectrum": spec.tolist(),
         "noise_norm": noise_norm,
         "signal": signal.to_json(),
@@ -276,7 +271,7 @@ def run(
             description["projection"] = "none (fallback)"
             spent = float(eps_first + eps_second)
             description["dim_fallback"] = fallback_block(
-                noise_reason(chosen), AFTER, _after_budget(spent, float(epsilon))
+                noise_reason(k), AFTER, _after_budget(spent, float(epsilon))
             )
         description["inner"] = full.description
         return MechanismRun(full.output, description, full.guarantee)
@@ -360,7 +355,7 @@ def report_block(dim_text: str, description: dict[str, Any], d: int) -> dict[str
         "projection": description.get("projection") != "none (d' = d)",
         "fallback": None,
     }
-    for key in ("dim_by_rule", "centre_noise_sd", "centre_noise_limit", "signal"):
+    for key in ("centre_noise_sd", "centre_noise_limit", "signal"):
         if key in description:
             block[key] = description[key]
     return block
