@@ -72,14 +72,14 @@ def load(name: str, n: int) -> np.ndarray:
     return np.column_stack(list(columns.values())) / 100.0
 
 
-def main(argv: list[str] | None = None) -> int:
+FLAGS = {"tables": "near2-d30,near3-d30", "n": "20000,200000", "eps": "1", "methods": "auto,full"}
 
+
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--tables", default="near2-d30,near3-d30")
-    p.add_argument("--n", default="20000,200000")
-    p.add_argument("--eps", default="1")
+    for flag, default in FLAGS.items():  # comma-separated lists
+        p.add_argument(f"--{flag}", default=default)
     p.add_argument("--seeds", type=int, default=2)
-    p.add_argument("--methods", default="auto,full")
     a = p.parse_args(argv)
     print("| table | n | eps | method | per-column W1 | joint W1 | runs: d', fallback, above |")
     print("|---|---:|---:|---|---:|---:|---|")
