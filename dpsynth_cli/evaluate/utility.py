@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from dpsynth_cli.domain import CONTINUOUS, ColumnSpec
+from dpsynth_cli.domain import CONTINUOUS, LEVEL_KINDS, ColumnSpec
 from dpsynth_cli.engine.values import TableData, value_rows
 from dpsynth_cli.errors import DataError, UsageError
 
@@ -33,7 +33,6 @@ SCORE_ROWS = 200_000  # scoring rows at most
 SPLIT_SHARE = 0.25  # without --holdout: the share of REAL held out for scoring
 MAX_CATEGORIES = 254  # HistGradientBoosting's categorical codes (255 bins, one for missing)
 RANDOM_STATE = 0
-LEVEL_KINDS = ("boolean", "category")
 NUMBER_KINDS = ("float", "integer")
 INSTALL = "pip install 'dpsynth-cli[utility]'"
 _LOG = re.compile(r"^log\((.+)\)$")
