@@ -321,3 +321,42 @@ def test_the_spectrum_skip_reads_public_quantities_only():
         "the private covariance would be too noisy"
     )
     assert lowdim.skip_reason(10, eps, 6000, "add-remove") is None
+
+
+def test_the_fallback_after_the_moments_spends_the_same_on_neighbouring_tables():
+    """The new path composes as a projected run does: on a table and its neighbour (one corner
+    row added) the ledger has the same steps, epsilons, sensitivities and noise scales, the
+    moments first, the full-dimensional mechanism on the rest, summing to the mechanism's
+    epsilon; which branch runs is read off the released spectrum only."""
+    from dpsynth_cli.mechanisms import hierarchy
+    from dpsynth_cli.privacy.ledger import Ledger
+    from dpsynth_cli.privacy.noise import RandomSource
+
+    X = noisy_blob(4000, 10)
+    eps = Fraction(9, 10)
+    ledgers = []
+    for table in (X, np.vstack([X, np.ones((1, 10))])):
+        ledger = Ledger(eps)
+        run = lowdim.run(
+            table,
+            epsilon=eps,
+            noisy_rows=4000,
+            relation="add-remove",
+            source=RandomSource.seeded(3),
+            ledger=ledger,
+            rng=np.random.default_rng(3),
+            rows=None,
+            dim=None,
+            inner=hierarchy.run,
+        )
+        assert run.description["projection"] == "none (fallback)"
+        assert run.description["dim_fallback"]["decided"] == lowdim.AFTER
+        ledgers.append([(s.step, s.epsilon, s.sensitivity, s.noise) for s in ledger.spends])
+        assert ledger.pure_spent == eps
+    assert ledgers[0] == ledgers[1]
+    first, second, inner = lowdim.split(eps)
+    assert ledgers[0][:2] == [
+        ("moments:first", first, *ledgers[0][0][2:]),
+        ("moments:second", second, *ledgers[0][1][2:]),
+    ]
+    assert sum(e[1] for e in ledgers[0][2:]) == inner
