@@ -78,7 +78,10 @@ FALLBACK_RULE = (
     "table has a non-numeric column (boolean, category, date, datetime, nullable) or when each "
     "coordinate of the private centre would have noise sd above "
     f"{CENTRE_NOISE_LIMIT:g} of its range: sqrt(2) (d/2) / (eps_first noisy_rows) under "
-    "add/remove (public: d, eps, the noisy count); after the moments, on the epsilon they "
+    "add/remove, or when the covariance's noise would reach eigenvalues above "
+    f"{SPECTRUM_NOISE_LIMIT:.3g} (a uniform column's variance): 2 sd (sqrt(d) + 2 d^(-1/6)) with "
+    "sd = sqrt(2) d (d + 1) / (8 eps_second noisy_rows) (public: d, eps, the noisy count); "
+    "after the moments, on the epsilon they "
     "left, when none of the kept directions' noisy eigenvalues is above the norm the noise "
     "reaches (module spectrum: released values only)"
 )
