@@ -193,7 +193,7 @@ def model_utility(
 
     rows = None
     if holdout is not None:
-        rows = utility.sample_rows(holdout, specs, utility.SCORE_ROWS, 0 if seed is None else seed)
+        rows = utility.sample_rows(holdout, specs, utility.SCORE_ROWS, seed)
     real, synthetic = evaluation.real, evaluation.synthetic
     return utility.model_utility(real, synthetic, specs, target, rows, seed)
 

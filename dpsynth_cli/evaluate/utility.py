@@ -27,6 +27,7 @@ from threadpoolctl import threadpool_limits
 from dpsynth_cli.domain import CONTINUOUS, LEVEL_KINDS, ColumnSpec
 from dpsynth_cli.engine.values import TableData, value_rows
 from dpsynth_cli.errors import DataError, UsageError
+from dpsynth_cli.privacy.noise import analysis_generator
 
 TRAIN_ROWS = 200_000  # rows each model is trained on at most (a uniform sample beyond)
 SCORE_ROWS = 200_000  # scoring rows at most
@@ -111,10 +112,13 @@ def resolve(target: Target, specs: list[ColumnSpec]) -> int:
     return names.index(target.column)
 
 
-def sample_rows(data: TableData, specs: list[ColumnSpec], size: int, seed: int) -> np.ndarray:
+def sample_rows(
+    data: TableData, specs: list[ColumnSpec], size: int, seed: int | None
+) -> np.ndarray:
     """A uniform sample of at most `size` complete rows (declared codes) of a table, in one
     pass: each row gets a random key and the rows of the smallest keys are kept."""
-    return value_rows(data, specs).collect(lambda: _Sample(size, seed, len(specs))).rows
+    rng = analysis_generator(seed).spawn(1)[0]  # not the split's stream
+    return value_rows(data, specs).collect(lambda: _Sample(size, rng, len(specs))).rows
 
 
 class _Sample:
@@ -123,8 +127,8 @@ class _Sample:
 
     ANY_ORDER = False  # the keys follow the rows' order
 
-    def __init__(self, size: int, seed: int, d: int) -> None:
-        self.size, self.rng = size, np.random.default_rng(seed)
+    def __init__(self, size: int, rng: np.random.Generator, d: int) -> None:
+        self.size, self.rng = size, rng
         self.kept, self.keys = np.empty((0, d)), np.empty(0)
 
     def add(self, X: np.ndarray) -> None:
@@ -155,7 +159,7 @@ def model_utility(
     of declared codes), both scored on `holdout`, or without one on a random SPLIT_SHARE of
     `real` left out of the real-trained model."""
     j = resolve(target, specs)
-    rng = np.random.default_rng(0 if seed is None else seed)
+    rng = analysis_generator(seed)
     if holdout is None:
         order = rng.permutation(len(real))
         cut = int(round(SPLIT_SHARE * len(real)))
