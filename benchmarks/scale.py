@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CHUNK = 2_000_000
 
 
-def _columns(rng: np.random.Generator, m: int, d: int) -> dict[str, np.ndarray]:
+def wide_columns(rng: np.random.Generator, m: int, d: int) -> dict[str, np.ndarray]:
     """A smooth correlated table in [0, 100]^d (a 2-D latent mixture, noisy, clipped)."""
     z = rng.normal(size=(m, 2)) * np.where(rng.random((m, 1)) < 0.6, 1.0, 0.4)
     mix = np.random.default_rng(7).normal(size=(2, d))
@@ -60,7 +60,7 @@ def generate(path: Path, rows: int, d: int, fmt: str) -> None:
     writer = None
     with open(tmp, "wb") as fh:
         for lo in range(0, rows, CHUNK):
-            table = pa.table(_columns(rng, min(CHUNK, rows - lo), d))
+            table = pa.table(wide_columns(rng, min(CHUNK, rows - lo), d))
             if fmt == "parquet":
                 writer = writer or pq.ParquetWriter(fh, table.schema)
                 writer.write_table(table, row_group_size=1 << 20)

@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from dpsynth_cli import budget as budget_file
 from dpsynth_cli import io, runs
-from dpsynth_cli.domain import Declared, InlineSchema, declare_columns
+from dpsynth_cli.domain import ColumnSpec, Declared, InlineSchema, declare_columns
 from dpsynth_cli.errors import DpsynthError, UsageError
 from dpsynth_cli.report import NOT_FOR_RELEASE
 
@@ -78,6 +78,8 @@ KEYWORDS = {
     "--release-at-end": "release_at_end",
     "--row-counts-public": "row_counts_public",
     "--from-report": "from_report",
+    "--target": "target",
+    "--holdout": "holdout",
     "--out-dir": "out_dir",
 }
 PHRASES = {  # a flag with a word for its value (the pattern below joins numbers and quotes)
@@ -355,13 +357,17 @@ def evaluate_synthetic(
     bounds: Bounds | None = None,
     from_report: str | os.PathLike | None = None,
     seed: int | None = None,
+    target: str | None = None,
+    holdout: DataInput | None = None,
 ) -> dict[str, Any]:
     """Compare `real` and `synthetic`: W1 and per-column utility, the dict `dpsynth evaluate
     --json` prints. NOT private (it reads the real values): never release it.
 
-    `from_report`: the path of a synth report whose columns and bounds to use.
+    `from_report`: the path of a synth report whose columns and bounds to use. `target`,
+    `holdout`: `--target` and `--holdout` (model utility, the report's `utility` block; needs
+    the `utility` extra, scikit-learn).
     """
-    from dpsynth_cli.evaluate import compare
+    from dpsynth_cli.evaluate import compare, utility
 
     if from_report is not None:
         specs = compare.specs_from_report(os.fspath(from_report))
@@ -374,11 +380,25 @@ def evaluate_synthetic(
         def open_synthetic(names: list[str]) -> io.InputSource:
             return inputs.enter_context(_opened(synthetic, names, None))[0]
 
-        result, _, _ = runs.compare_tables(real_in, typed, open_synthetic, declared, specs, seed)
+        wanted = utility.request(target, holdout is not None)
+        held: list[io.InputSource] = []
+
+        def check(chosen: list[ColumnSpec]) -> None:
+            if wanted is not None:
+                utility.resolve(wanted, chosen)
+            if holdout is not None:
+                names = [s.name for s in chosen]
+                held.append(inputs.enter_context(_opened(holdout, names, None))[0])
+
+        result, specs, _ = runs.compare_tables(
+            real_in, typed, open_synthetic, declared, specs, seed, check=check
+        )
+        if wanted is not None:
+            rows = held[0].batches if held else None
+            result.report["utility"] = runs.model_utility(result, specs, wanted, rows, seed)
     return result.report
 
 
-@_keywords
 def load_schema(path: str | os.PathLike) -> dict[str, Any]:
     """A schema file as the dict the functions' `schema=` takes (checked as `--schema` is)."""
     from dpsynth_cli.domain import load_constraints

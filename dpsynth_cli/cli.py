@@ -485,18 +485,48 @@ def evaluate(
             "from every row: slower), skip (the lower bound only). The report says which.",
         ),
     ] = "sample",
+    target: Annotated[
+        str | None,
+        typer.Option(
+            "--target",
+            metavar="COL",
+            show_default=False,
+            help="Model utility: a gradient-boosting model (scikit-learn, the 'utility' extra) "
+            "trained on SYNTHETIC and the same model trained on REAL, both scored on real rows: "
+            "AUC for a category or boolean (COL=LEVEL: that level against the rest; COL: each "
+            "level against the rest, averaged), R^2 for a number (log(COL): of ln(1 + value)). "
+            "E.g. --target cut=Ideal, --target 'log(price)'. Score on rows the synthesiser "
+            "did not read: --holdout FILE; without it a random 25% of REAL is held out from "
+            "the real-trained model, but the synthetic one may score too well on rows it was "
+            "made from.",
+        ),
+    ] = None,
+    holdout: Annotated[
+        str | None,
+        typer.Option(
+            "--holdout",
+            metavar="FILE",
+            show_default=False,
+            help="With --target: real rows that were NOT synthesised (same columns as REAL), "
+            "the rows both models are scored on, e.g. --holdout test.csv; the real-trained "
+            "model then learns from all of REAL.",
+        ),
+    ] = None,
     batch_rows: opt.BatchRows = None,
     input_format: opt.InputFormat = None,
     delimiter: opt.Delimiter = None,
     quiet: opt.Quiet = False,
 ) -> None:
-    """Compare REAL and SYNTHETIC: W1 and per-column utility. NOT private: do not release."""
-    from dpsynth_cli.evaluate import compare  # scipy and POT: only evaluate pays for them
+    """Compare REAL and SYNTHETIC: W1, per-column and pair figures, and with --target a
+    model's utility. NOT private: do not release."""
+    # scipy and POT (and scikit-learn for --target): only evaluate pays for them
+    from dpsynth_cli.evaluate import compare, utility
     from dpsynth_cli.evaluate.plot import plot_comparison
     from dpsynth_cli.evaluate.summary import print_evaluation
 
     feedback = Feedback(quiet)
     sep = io.delimiter_flag(delimiter)
+    wanted = utility.request(target, holdout is not None)
     specs = None
     if from_report:
         specs = compare.specs_from_report(from_report)
@@ -516,6 +546,21 @@ def evaluate(
                 io.open_input(synthetic, fmt, names, batch_rows=batch_rows, delimiter=sep)
             )
 
+        held: list[io.InputSource] = []
+
+        def check(chosen: list[ColumnSpec]) -> None:
+            """--target's column and kind, and --holdout opened, before the comparison."""
+            if wanted is not None:
+                utility.resolve(wanted, chosen)
+            if holdout is not None:
+                fmt = io.detect_format(holdout, input_format)
+                names = [s.name for s in chosen]
+                held.append(
+                    inputs.enter_context(
+                        io.open_input(holdout, fmt, names, batch_rows=batch_rows, delimiter=sep)
+                    )
+                )
+
         result, specs, names = runs.compare_tables(
             real_in,
             real_fmt == "parquet",
@@ -526,7 +571,13 @@ def evaluate(
             passes=lambda source: feedback.passes(source.batches, source.num_rows),
             step=feedback.step,
             joint=joint_w1,
+            check=check,
         )
+        if wanted is not None:
+            with feedback.step("training the models: real and synthetic"):
+                rows = feedback.passes(held[0].batches, held[0].num_rows) if held else None
+                block = runs.model_utility(result, specs, wanted, rows, seed)
+            result.report["utility"] = block
     if plot:
         pair = _plot_pair(plot_columns, names)
         plot_comparison(
@@ -545,6 +596,8 @@ def evaluate(
         io.write_text_stdout(report.dumps(result.report))
     else:
         print_evaluation(result.report)
+        for line in utility.summary_lines(result.report["utility"]) if wanted else []:
+            typer.echo(line)
 
 
 def _plot_pair(text: str | None, names: list[str]) -> tuple[int, int] | None:

@@ -194,8 +194,10 @@ Dim = Annotated[
         show_default=True,
         help="Synthesise in a private low-dimensional subspace (dissertation ch. 4), e.g. "
         "--dim auto: private mean and covariance, the top N principal directions, --mechanism "
-        "inside them, back to all columns. auto chooses N from the private spectrum; full (the "
-        "default) uses all columns as they are.",
+        "inside them, back to all columns. auto chooses N from the private spectrum, and uses "
+        "all columns (as full) when its directions would be, or came out, close to noise (a "
+        "notice and the report say so, and on what epsilon); full (the default) uses all "
+        "columns as they are.",
     ),
 ]
 Rows = Annotated[

@@ -150,12 +150,14 @@ def compare_tables(
     passes: Callable[[io.InputSource], Callable[[], Any]] | None = None,
     step: Callable[[str], contextlib.AbstractContextManager] | None = None,
     joint: str = "sample",
+    check: Callable[[list[ColumnSpec]], None] | None = None,
 ) -> tuple[Any, list[ColumnSpec], list[str]]:
     """`evaluate`: the compared columns (`specs` from a synth report, else from declarations and
     the real table: evaluate is not private, so it may look at values), the synthetic table
     opened with exactly those columns, and the comparison: (`compare.Evaluation`, the compared
     columns' specs, their names); `joint`: how the whole table's W1 is computed
-    (`evaluate.joint.MODES`)."""
+    (`evaluate.joint.MODES`); `check(specs)` runs before the tables are compared (usage
+    errors of `--target` before the long part)."""
     from dpsynth_cli.evaluate import compare
 
     passes = passes or (lambda source: source.batches)
@@ -168,6 +170,8 @@ def compare_tables(
             names = compare.columns_with_numbers(real_data)
         choice = resolve_columns(real.schema, names, declared.schema, declared.bounds, typed=typed)
         names = [s.name for s in choice.specs]
+    if check is not None:
+        check(specs if choice is None else choice.specs)
     # the synthetic table must have every compared column (a one-line error otherwise)
     synth_data = passes(open_synthetic(names))
     with step("reading both tables: W1 and per-column figures"):
@@ -175,6 +179,25 @@ def compare_tables(
             specs = compare.fill_bounds_from_data(choice.specs, real_data, synth_data)
         result = compare.evaluate(real_data, synth_data, specs, seed, joint=joint)
     return result, specs, names
+
+
+def model_utility(
+    evaluation: Any,
+    specs: list[ColumnSpec],
+    target: Any,
+    holdout: Any | None,
+    seed: int | None,
+) -> dict[str, Any]:
+    """`evaluate --target`: the `utility` block from the compared rows (`evaluation.real`,
+    `.synthetic`) and the rows of `holdout` (a `TableData`, opened with the compared columns),
+    or a split of the real rows without one."""
+    from dpsynth_cli.evaluate import utility
+
+    rows = None
+    if holdout is not None:
+        rows = utility.sample_rows(holdout, specs, utility.SCORE_ROWS, seed)
+    real, synthetic = evaluation.real, evaluation.synthetic
+    return utility.model_utility(real, synthetic, specs, target, rows, seed)
 
 
 def check_pca(specs: list[ColumnSpec], request: dict[str, Any]) -> None:

@@ -234,3 +234,129 @@ def test_no_spectrum_notice_without_a_projection():
     }
     assert lowdim.notices(desc, "2")[0].startswith("--dim 2 (the private subspace): none of")
     assert lowdim.notices({**desc, "projection": "none (d' = d)"}, "auto") == []
+
+
+def noisy_blob(n: int, d: int, seed: int = 0) -> np.ndarray:
+    """Independent columns around 0.5 with sd 0.03: every eigenvalue (0.0009) is far below the
+    noise of the private covariance, so no direction can be told from it."""
+    return np.clip(0.5 + 0.03 * np.random.default_rng(seed).standard_normal((n, d)), 0, 1)
+
+
+def unit_csv(path: Path, X: np.ndarray) -> list[str]:
+    pd.DataFrame(X, columns=[f"c{j}" for j in range(X.shape[1])]).to_csv(path, index=False)
+    return [a for j in range(X.shape[1]) for a in ("--bounds", f"c{j}=0:1")]
+
+
+def ledger_total(report: dict) -> float:
+    return sum(e["epsilon"] for e in report["ledger"]["entries"])
+
+
+def test_auto_falls_back_after_the_moments_when_its_directions_are_noise(runner, tmp_path):
+    """Issue 37 item 4: the centre and the covariance's public noise allow a projection, but no
+    kept direction's noisy eigenvalue is above the noise: all columns are synthesised by the
+    full-dimensional mechanism on the epsilon the moments left, said on stderr and in the
+    report, and the ledger (moments included) sums to eps."""
+    path = tmp_path / "blob.csv"
+    bounds = unit_csv(path, noisy_blob(6000, 10))
+    result, report, out = synth(runner, path, bounds, "auto")
+    fb = report["dim"]["fallback"]
+    assert fb is not None and fb["decided"].startswith("after the moments")
+    assert "kept direction" in fb["reason"] and "close to random" in fb["reason"]
+    assert fb["mechanism_epsilon"].startswith("the epsilon left after the moments")
+    assert report["dim"]["projection"] is False and report["dim"]["used"] == 10
+    assert report["dim"]["signal"]["components_above_noise"] == 0
+    steps = [e["step"] for e in report["ledger"]["entries"]]
+    assert steps[:3] == ["count", "moments:first", "moments:second"] and len(steps) > 3
+    assert ledger_total(report) == pytest.approx(1.0)
+    assert "--dim auto: synthesised all columns as with --dim full, on the epsilon left" in (
+        result.stderr
+    )
+    assert "cannot be told from noise" not in result.stderr  # the fallback's notice says it
+    synthetic = pd.read_csv(out).to_numpy()
+    assert synthetic.shape[1] == 10 and len(synthetic) > 5000
+
+
+def test_auto_falls_back_before_the_moments_when_the_covariance_would_be_noise(runner, tmp_path):
+    """The centre would be accurate (sd below 0.1) but the covariance's noise, known before the
+    spend from d, eps and the noisy count, reaches eigenvalues above a uniform column's
+    variance: `--dim full`'s output on the whole budget, no moments in the ledger."""
+    path = tmp_path / "w.csv"
+    bounds = unit_csv(path, noisy_blob(2000, 10))
+    eps = Fraction(19, 20)  # the mechanism's share of --eps 1 (about 2,000 noisy rows)
+    assert lowdim.centre_noise(10, eps, 1950, "add-remove") <= lowdim.CENTRE_NOISE_LIMIT
+    assert lowdim.spectrum_noise(10, eps, 2050, "add-remove") > lowdim.SPECTRUM_NOISE_LIMIT
+    result, report, out = synth(runner, path, bounds, "auto")
+    full = synth(runner, path, bounds, "full")[2]
+    assert out.read_bytes() == full.read_bytes()
+    fb = report["dim"]["fallback"]
+    assert "covariance would be too noisy" in fb["reason"] and "no budget spent" in fb["decided"]
+    assert not [e for e in report["ledger"]["entries"] if "moments" in e["step"]]
+    assert ledger_total(report) == pytest.approx(1.0)
+    assert "private covariance would be too noisy" in result.stderr
+
+
+def test_strong_low_rank_tables_still_project(runner, tmp_path):
+    """A table on a 2-D subspace of 6 columns with enough rows: directions above the noise,
+    no fallback, a projection on exactly those."""
+    path = tmp_path / "low.csv"
+    bounds = unit_csv(path, subspace_table(20000, 2))
+    result, report, _ = synth(runner, path, bounds, "auto")
+    dim = report["dim"]
+    assert dim["fallback"] is None and dim["projection"] is True
+    assert dim["signal"]["components_above_noise"] >= 1 and dim["used"] < 6
+    assert report["mechanism"]["name"] == "lowdim"
+    assert ledger_total(report) == pytest.approx(1.0)
+
+
+def test_the_spectrum_skip_reads_public_quantities_only():
+    """S2's noise norm: 2 sd (sqrt(d) + 2 d^(-1/6)), sd = sqrt(2) (d (d + 1) / 8) / (eps_second
+    n^) in the unit cube; it falls as 1 / n^."""
+    eps = Fraction(19, 20)
+    _, second, _ = lowdim.split(eps)
+    sd = np.sqrt(2) * 10 * 11 / 8 / float(second) / 4000
+    expected = 2 * sd * (np.sqrt(10) + 2 * 10 ** (-1 / 6))
+    assert lowdim.spectrum_noise(10, eps, 4000, "add-remove") == pytest.approx(expected)
+    assert lowdim.spectrum_noise(10, eps, 8000, "add-remove") == pytest.approx(expected / 2)
+    assert lowdim.skip_reason(10, eps, 2000, "add-remove").startswith(
+        "the private covariance would be too noisy"
+    )
+    assert lowdim.skip_reason(10, eps, 6000, "add-remove") is None
+
+
+def test_the_fallback_after_the_moments_spends_the_same_on_neighbouring_tables():
+    """The new path composes as a projected run does: on a table and its neighbour (one corner
+    row added) the ledger has the same steps, epsilons, sensitivities and noise scales, the
+    moments first, the full-dimensional mechanism on the rest, summing to the mechanism's
+    epsilon; which branch runs is read off the released spectrum only."""
+    from dpsynth_cli.mechanisms import hierarchy
+    from dpsynth_cli.privacy.ledger import Ledger
+    from dpsynth_cli.privacy.noise import RandomSource
+
+    X = noisy_blob(4000, 10)
+    eps = Fraction(9, 10)
+    ledgers = []
+    for table in (X, np.vstack([X, np.ones((1, 10))])):
+        ledger = Ledger(eps)
+        run = lowdim.run(
+            table,
+            epsilon=eps,
+            noisy_rows=4000,
+            relation="add-remove",
+            source=RandomSource.seeded(3),
+            ledger=ledger,
+            rng=np.random.default_rng(3),
+            rows=None,
+            dim=None,
+            inner=hierarchy.run,
+        )
+        assert run.description["projection"] == "none (fallback)"
+        assert run.description["dim_fallback"]["decided"] == lowdim.AFTER
+        ledgers.append([(s.step, s.epsilon, s.sensitivity, s.noise) for s in ledger.spends])
+        assert ledger.pure_spent == eps
+    assert ledgers[0] == ledgers[1]
+    first, second, inner = lowdim.split(eps)
+    assert ledgers[0][:2] == [
+        ("moments:first", first, *ledgers[0][0][2:]),
+        ("moments:second", second, *ledgers[0][1][2:]),
+    ]
+    assert sum(e[1] for e in ledgers[0][2:]) == inner

@@ -51,7 +51,9 @@ def test_use_block_runs_as_written(tmp_path):
         }
     }
     (tmp_path / "schema.json").write_text(json.dumps(schema))
-    wide = pd.DataFrame(rng.random((3000, 2)) @ rng.random((2, 12)), columns=list("abcdefghijkl"))
+    # 12,000 rows (was 3,000): with fewer, --dim auto's covariance noise would reach above the
+    # table's top eigenvalue (0.14) and it would synthesise all columns (issue 37)
+    wide = pd.DataFrame(rng.random((12000, 2)) @ rng.random((2, 12)), columns=list("abcdefghijkl"))
     wide.to_parquet(tmp_path / "wide.parquet")
     bounds = {c: {"lower": 0, "upper": 2} for c in wide.columns}
     (tmp_path / "wide.json").write_text(json.dumps({"columns": bounds}))

@@ -21,9 +21,13 @@ When `--dim auto` does not project (`skip_reason`, decided before any moment is 
 public quantities only): the table has non-numeric columns, or the private centre the moments
 would release is too noisy (CENTRE_NOISE_LIMIT). The full-dimensional mechanism then runs on the
 whole epsilon, exactly as `--dim full`. After the moments, the shared rule of `spectrum` says
-whether the chosen directions can be told from noise (report and stderr); it does not undo the
-projection, which measured better than `--dim full` on such runs (docs/benchmarks.md, "Small wide
-tables").
+whether the chosen directions can be told from noise (report and stderr). When `--dim auto`
+kept directions and none of them is above the noise, it does not project either: the
+full-dimensional mechanism runs on the epsilon the moments left (`inner`'s share), the moments'
+spend stays in the ledger, and the report's `dim.fallback` says so. Decided from released
+values only (post-processing); measured against `--dim full`, whose marginals mechanism beats a
+projection on noise directions (docs/benchmarks.md, "--dim auto against --dim full"). It cannot
+be decided before the spend: the eigenvalues it compares are private.
 
 Neighbouring relation: that of the run (add/remove by default); the moments' sensitivities are
 in `moments`, the inner mechanism's in its module.
@@ -61,19 +65,33 @@ FIRST_MOMENT_SHARE = Fraction(1, 20)  # the centre
 # 0.63-1.73x (above 1 in 31: diabetes, breast cancer, independent columns from 0.15). The limit
 # gives up the wins at 0.11 (0.63x) to stay clear of the losses from 0.15 on.
 CENTRE_NOISE_LIMIT = 0.1
+# `--dim auto` also skips the moments when the norm the covariance's noise will reach (its S2
+# part: public d, eps, the noisy count; `spectrum_noise`) is above this. A direction is told from
+# the noise only when its eigenvalue exceeds that norm (`spectrum`); the directions of the
+# near-subspace benchmark tables carry 0.02-0.07 (unit cube), less than one column spread
+# uniformly over its bounds (1/12). Above it, no kept direction came out above the noise on
+# those tables, and the full-dimensional `marginals` mechanism on the whole budget beat the
+# projection (docs/benchmarks.md, "--dim auto against --dim full").
+SPECTRUM_NOISE_LIMIT = 1 / 12
 FALLBACK_RULE = (
     "all columns as --dim full, on the whole mechanism epsilon (no moments released), when the "
     "table has a non-numeric column (boolean, category, date, datetime, nullable) or when each "
     "coordinate of the private centre would have noise sd above "
     f"{CENTRE_NOISE_LIMIT:g} of its range: sqrt(2) (d/2) / (eps_first noisy_rows) under "
-    "add/remove (public: d, eps, the noisy count)"
+    "add/remove, or when the covariance's noise would reach eigenvalues above "
+    f"{SPECTRUM_NOISE_LIMIT:.3g} (a uniform column's variance): 2 sd (sqrt(d) + 2 d^(-1/6)) with "
+    "sd = sqrt(2) d (d + 1) / (8 eps_second noisy_rows) (public: d, eps, the noisy count); "
+    "after the moments, on the epsilon they "
+    "left, when none of the kept directions' noisy eigenvalues is above the norm the noise "
+    "reaches (module spectrum: released values only)"
 )
 NUMERIC_KINDS = ("float", "integer")
 DIM_RULE = (
     "d' = argmin over 1 <= k <= d of sqrt(max(0, sum_{i>k} noisy eigenvalue_i)) "
     "+ (eps_inner * noisy_rows / sensitivity)^(-1/k) (dissertation §4.5 with the synthesis term "
     "in the L-infinity metric of [0,1]^d, without the L2 box factor sqrt(d/k); k = 1 allowed); "
-    "k = d: no projection"
+    "k = d: no projection; none of the k chosen directions' noisy eigenvalues above the norm "
+    "the noise reaches (module spectrum): no projection either (the fallback)"
 )
 
 
@@ -121,11 +139,30 @@ def centre_noise(d: int, epsilon: Fraction, noisy_rows: int, relation: str) -> f
     return math.sqrt(2.0) * float(scale) / (max(noisy_rows, 1) * float(1 << moments.STAT_BITS))
 
 
+def spectrum_noise(d: int, epsilon: Fraction, noisy_rows: int, relation: str) -> float:
+    """The norm the covariance's S2 noise reaches with probability about 0.99 (`spectrum.
+    matrix_norm`; the noisy mean adds to it after the release): a released eigenvalue below it
+    could be the noise's. Public: d, eps, the relation and a released n."""
+    _, eps_second, _ = split(epsilon)
+    scale = Fraction(moments.second_sensitivity(d, relation)) / eps_second
+    unit = float(1 << moments.STAT_BITS)
+    sd = math.sqrt(2.0) * float(scale) / (max(noisy_rows, 1) * unit * unit)
+    return spectrum.matrix_norm(sd, d)
+
+
 def skip_reason(d: int, epsilon: Fraction, noisy_rows: int, relation: str) -> str | None:
     """Why `--dim auto` should not project at all, from public quantities only; None if it may."""
     sd = centre_noise(d, epsilon, noisy_rows, relation)
-    if sd <= CENTRE_NOISE_LIMIT:
+    norm = spectrum_noise(d, epsilon, noisy_rows, relation)
+    if sd <= CENTRE_NOISE_LIMIT and norm <= SPECTRUM_NOISE_LIMIT:
         return None
+    if sd <= CENTRE_NOISE_LIMIT:
+        return (
+            f"the private covariance would be too noisy (its noise reaches eigenvalues of "
+            f"{norm:.2g}, above {SPECTRUM_NOISE_LIMIT:.3g}, a uniform column's variance) with "
+            f"{d} columns at this epsilon and about {noisy_rows} rows; the directions it kept "
+            "would be close to random"
+        )
     return (
         f"the private centre would be too noisy (each coordinate's noise sd {sd:.2g} of its range, "
         f"above {CENTRE_NOISE_LIMIT:g}) with {d} columns at this epsilon and about {noisy_rows} "
@@ -226,12 +263,19 @@ def run(
         "centre_unit_cube": centre.tolist(),
         "centre_noise_sd": centre_noise(d, epsilon, noisy_rows, relation),
         "centre_noise_limit": CENTRE_NOISE_LIMIT,
+        "spectrum_noise_limit": SPECTRUM_NOISE_LIMIT,
         "theorem_4_1_terms": theorem_terms(spec, k, eps_inner, noisy_rows),
         "theorem_4_1_note": "E W1 <~ sum of these terms, up to absolute constants",
     }
-    if k == d and dim is None:  # no projection is best: the full-dimensional synthesiser
+    if dim is None and (k == d or signal.count == 0):  # no projection: all columns
         full = inner(X, epsilon=eps_inner, source=source.spawn("inner"), rows=rows, **call)
         description["projection"] = "none (d' = d)"
+        if k < d:  # every kept direction is the noise's: `--dim full`'s synthesiser instead
+            description["projection"] = "none (fallback)"
+            spent = float(eps_first + eps_second)
+            description["dim_fallback"] = fallback_block(
+                noise_reason(k), AFTER, _after_budget(spent, float(epsilon))
+            )
         description["inner"] = full.description
         return MechanismRun(full.output, description, full.guarantee)
     basis = vectors[:, :k]
@@ -253,6 +297,27 @@ BEFORE = (
     "before the moments, from declarations and public quantities (d, eps, the noisy count): "
     "no budget spent on them"
 )
+AFTER = (
+    "after the moments, from released values only (the noisy spectrum against the norm its "
+    "noise reaches, module spectrum): post-processing, no further cost"
+)
+WHOLE_BUDGET = "the whole mechanism epsilon (no moments released)"
+
+
+def noise_reason(k: int) -> str:
+    """Why auto synthesised all columns after the moments: its kept directions are noise."""
+    which = "the kept direction" if k == 1 else f"none of the {k} kept directions"
+    return (
+        f"{which} of the private covariance {'is' if k == 1 else 'are'} above the noise "
+        "(close to random): a projection on them would lose to the full-dimensional mechanism"
+    )
+
+
+def _after_budget(spent: float, mechanism: float) -> str:
+    return (
+        f"the epsilon left after the moments: {mechanism - spent:.4g} of the mechanism's "
+        f"{mechanism:.4g} ({spent:.4g} went to the moments, in the ledger)"
+    )
 
 
 def mixed_reason(others: Sequence[str]) -> str:
@@ -263,20 +328,30 @@ def mixed_reason(others: Sequence[str]) -> str:
     )
 
 
-def fallback_block(reason: str, decided: str) -> dict[str, str]:
-    """The report's record of `--dim auto` running without a projection (`synth`)."""
-    return {"to": "all columns, as --dim full", "reason": reason, "decided": decided}
+def fallback_block(reason: str, decided: str, budget: str = WHOLE_BUDGET) -> dict[str, str]:
+    """The report's record of `--dim auto` running without a projection (`synth`, `run`): why,
+    when it was decided, and the epsilon the full-dimensional mechanism ran on."""
+    return {
+        "to": "all columns, as --dim full",
+        "reason": reason,
+        "decided": decided,
+        "mechanism_epsilon": budget,
+    }
 
 
 def report_block(dim_text: str, description: dict[str, Any], d: int) -> dict[str, Any]:
     """The synth report's `dim` block: what was asked, what ran, and why (public)."""
     if "dim_fallback" in description:
-        return {
+        block = {
             "requested": dim_text,
             "used": d,
             "projection": False,
             "fallback": description["dim_fallback"],
         }
+        for key in ("dim", "epsilon_split", "signal"):  # after the moments: what they said
+            if key in description:
+                block["chosen_before_fallback" if key == "dim" else key] = description[key]
+        return block
     block: dict[str, Any] = {
         "requested": dim_text,
         "used": description.get("dim", d),
@@ -292,9 +367,12 @@ def report_block(dim_text: str, description: dict[str, Any], d: int) -> dict[str
 def notices(description: dict[str, Any], dim_text: str) -> list[str]:
     """What the user should read on stderr about `--dim` (from the run's public description)."""
     if "dim_fallback" in description:
+        fallback = description["dim_fallback"]
+        budget = fallback.get("mechanism_epsilon", WHOLE_BUDGET)
+        on = "the whole budget" if budget == WHOLE_BUDGET else budget
         return [
-            f"--dim {dim_text}: synthesised all columns as with --dim full, on the whole budget: "
-            + description["dim_fallback"]["reason"]
+            f"--dim {dim_text}: synthesised all columns as with --dim full, on {on}: "
+            + fallback["reason"]
         ]
     if "signal" not in description or description.get("projection") == "none (d' = d)":
         return []

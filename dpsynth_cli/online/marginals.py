@@ -100,6 +100,8 @@ HORIZON = 4
 # The plan's grids and bins take a release to sum about this many nodes' noise (public).
 SUMMED = 4
 GRID_SUMMED = 1  # the grids as offline synth's for n rows (measured: docs/benchmarks.md)
+
+
 @dataclass(frozen=True)
 class StreamPlan(pairs.Plan):
     """`pairs.Plan` of the stream (fixed at its first checkpoint), with the selection's
