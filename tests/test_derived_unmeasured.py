@@ -9,14 +9,12 @@ that column is still measured.
 
 from __future__ import annotations
 
-import json
 from fractions import Fraction
 
 import numpy as np
 import pyarrow as pa
-from pyarrow import csv as pa_csv
 
-from dpsynth_cli.cli import app
+from tests.test_wallclock import synth_csv
 
 COLUMNS = {
     "a": {"type": "integer", "lower": 0, "upper": 50},
@@ -37,14 +35,7 @@ def run(runner, tmp_path, monkeypatch, schema: dict) -> tuple[dict, pa.Table]:
     region = np.where(zone == "Z1", "North", "South")
     table = pa.table({"a": a, "b": b, "c": a + b, "x": rng.random(n), "zone": zone})
     table = table.append_column("region", pa.array(region))
-    monkeypatch.chdir(tmp_path)
-    pa_csv.write_csv(table, "in.csv")
-    (tmp_path / "schema.json").write_text(json.dumps(schema))
-    args = ["synth", "in.csv", "--schema", "schema.json", "--eps", "2", "--seed", "1"]
-    result = runner.invoke(app, [*args, "--mechanism", "marginals", "-o", "out.csv"])
-    assert result.exit_code == 0, result.output
-    report = json.loads((tmp_path / "out.csv.report.json").read_text())
-    return report, pa_csv.read_csv(tmp_path / "out.csv")
+    return synth_csv(runner, tmp_path, monkeypatch, table, schema, "marginals", eps="2")
 
 
 def measured(report: dict) -> set[int]:

@@ -166,19 +166,26 @@ def tvd(a: np.ndarray, b: np.ndarray) -> float:
     return 0.5 * float(np.abs(a / a.sum() - b / b.sum()).sum())
 
 
+def synth_csv(
+    runner, tmp_path, monkeypatch, table: pa.Table, schema: dict, mechanism: str, eps: str = "1"
+) -> tuple[dict, pa.Table]:
+    """`synth --seed 1` of the table written as a CSV with its schema: (report, output)."""
+    monkeypatch.chdir(tmp_path)
+    pa_csv.write_csv(table, "in.csv")
+    (tmp_path / "schema.json").write_text(json.dumps(schema))
+    args = ["synth", "in.csv", "--schema", "schema.json", "--eps", eps, "--seed", "1"]
+    result = runner.invoke(app, [*args, "--mechanism", mechanism, "-o", "out.csv"])
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "out.csv.report.json").read_text())
+    return report, pa_csv.read_csv(tmp_path / "out.csv")
+
+
 def test_marginals_keep_the_day_and_the_week(runner, tmp_path, monkeypatch):
     """At eps 1 on 20,000 rows (issue 36's targets): hour-of-day and weekday TVD <= 0.05, every
     time on the declared whole hours (one attribute of 1,024 cells: hour TVD about 0.3, weekends
     as common as weekdays, weekday TVD about 0.2)."""
     table, schema = office_table(20000)
-    monkeypatch.chdir(tmp_path)
-    pa_csv.write_csv(table, "office.csv")
-    (tmp_path / "schema.json").write_text(json.dumps(schema))
-    args = ["synth", "office.csv", "--schema", "schema.json", "--eps", "1", "--seed", "1"]
-    result = runner.invoke(app, [*args, "--mechanism", "marginals", "-o", "out.csv"])
-    assert result.exit_code == 0, result.output
-    out = tmp_path / "out.csv"
-    synthetic = pa_csv.read_csv(out)
+    _, synthetic = synth_csv(runner, tmp_path, monkeypatch, table, schema, "marginals")
     spec = schema_column("test", "when", schema["columns"]["when"])
     real, fake = cycles(table, spec), cycles(synthetic, spec)
     assert tvd(real["hour_of_day"], fake["hour_of_day"]) <= 0.05
@@ -193,16 +200,10 @@ def test_privtree_keeps_the_day_and_the_week(runner, tmp_path, monkeypatch):
     table, schema = office_table(20000)
     table = table.drop_columns(["queue", "desk"])
     schema["columns"] = {k: schema["columns"][k] for k in ("when", "minutes")}
-    monkeypatch.chdir(tmp_path)
-    pa_csv.write_csv(table, "office.csv")
-    (tmp_path / "schema.json").write_text(json.dumps(schema))
-    args = ["synth", "office.csv", "--schema", "schema.json", "--eps", "1", "--seed", "1"]
-    result = runner.invoke(app, [*args, "--mechanism", "privtree", "-o", "out.csv"])
-    assert result.exit_code == 0, result.output
-    report_ = json.loads((tmp_path / "out.csv.report.json").read_text())
+    report_, synthetic = synth_csv(runner, tmp_path, monkeypatch, table, schema, "privtree")
     assert "privtree-time-of-day" in [e["step"] for e in report_["ledger"]["entries"]]
     spec = schema_column("test", "when", schema["columns"]["when"])
-    real, fake = cycles(table, spec), cycles(pa_csv.read_csv(tmp_path / "out.csv"), spec)
+    real, fake = cycles(table, spec), cycles(synthetic, spec)
     assert tvd(real["hour_of_day"], fake["hour_of_day"]) <= 0.05
     assert tvd(real["weekday"], fake["weekday"]) <= 0.05
 

@@ -356,11 +356,11 @@ def measure_one_way(
 ) -> list[one_way_release.Release]:
     """Every attribute's one-way histograms plus noise, in one or two stages (spend recorded)."""
     releases = one_way_release.measure(exact, mp.attributes, mp.one_way_scales(), source)
-    record_one_way(mp, ledger, len(exact))
+    record_one_way(mp, ledger)
     return releases
 
 
-def record_one_way(mp: Plan, ledger: Ledger, histograms: int) -> None:
+def record_one_way(mp: Plan, ledger: Ledger) -> None:
     """The one-way spend: eps_1 over the attributes, each in one or two stages (`one_way`)."""
     scales = mp.one_way_scales()
     two = [s for s in scales if s.second is not None]
@@ -383,7 +383,7 @@ def record_one_way(mp: Plan, ledger: Ledger, histograms: int) -> None:
             noise={
                 "distribution": "discrete Laplace",
                 "scale": float(mp.one_way_scale),
-                "histograms": histograms,
+                "histograms": len(mp.attributes),
                 "composition": "sequential over the columns, eps/columns each",
                 **stages,
             },
